@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import warnings
 from pathlib import Path
@@ -127,8 +128,11 @@ def test_file_size_limit(ex, ws):
     assert (ws / "big.bin").stat().st_size <= 1024 * 1024
 
 
-@pytest.mark.skipif(os.getuid() == 0, reason="the kernel does not enforce RLIMIT_NPROC for root")
-def test_process_limit_for_non_root(ex, ws):
+def test_process_limit(ex, ws):
+    if os.getuid() == 0 and not ex.drops_privileges:
+        pytest.skip(
+            "this executor keeps root here (no bubblewrap, interpreter out of the sandbox uid's reach)"
+        )
     r = ex.run(
         ["sh", "-c", "for i in $(seq 200); do sleep 5 & done; wait"],
         workspace=ws,
@@ -248,14 +252,18 @@ def test_home_is_hidden_but_read_only_paths_are_visible(bw, ws, tmp_path):
 
 
 @needs_bwrap
-def test_workspace_files_stay_owned_and_removable(bw, ws):
+def test_workspace_files_stay_removable_and_the_workspace_returns_to_the_caller(bw, ws):
     script = (
         "mkdir -p locked/deep && echo x > locked/deep/f && chmod 000 locked/deep locked && echo y > plain"
     )
     r = bw.run(["sh", "-c", script], workspace=ws, limits=Limits(timeout=10))
     assert r.ok, r.output
-    assert (ws / "plain").stat().st_uid == os.getuid()
-    assert (ws / "locked").stat().st_uid == os.getuid()
+    if os.getuid() == 0:  # written by the leased sandbox uid; the folder itself is root's again, closed
+        assert (ws / "plain").stat().st_uid in local_mod._sandbox_uids()
+        assert (ws.stat().st_uid, ws.stat().st_gid, ws.stat().st_mode & 0o777) == (0, 0, 0o700)
+    else:
+        assert (ws / "plain").stat().st_uid == os.getuid()
+    assert (ws / "plain").read_text() == "y\n"  # the parent reads results
     remove_workspace(ws)
     assert not ws.exists()
 
@@ -269,3 +277,43 @@ def test_fork_of_marked_processes_is_found_without_bwrap(bare, ws):
     r = bare.run(["sh", "-c", script], workspace=ws, limits=Limits(timeout=10))
     assert r.ok
     assert wait_gone(t) == [] and procs_with(t) == []
+
+
+def test_private_tmp_is_capped_under_bubblewrap(tmp_path):
+    """/tmp is a tmpfs in RAM, which RLIMIT_AS does not count: a command cannot fill memory through it."""
+    from rtlreward.sandbox.local import TMP_SIZE_MB, LocalExecutor
+
+    ex = LocalExecutor()
+    if not ex.bwrap:
+        pytest.skip("bubblewrap is not usable here")
+    r = ex.run(
+        [
+            "sh",
+            "-c",
+            f"head -c {(TMP_SIZE_MB + 64) << 20} /dev/zero > /tmp/fill; echo rc=$?; df -m /tmp | tail -1",
+        ],
+        workspace=tmp_path,
+        limits=Limits(timeout=60, file_size_mb=TMP_SIZE_MB * 2),
+    )
+    assert "rc=1" in r.stdout and "No space left" in r.stderr, r.output
+
+
+def test_removing_a_locked_workspace_never_chmods_through_a_link(tmp_path):
+    """A command can leave a link to a host file where the cleanup has to unlock things (a non-root trainer
+    cannot enter a 000 folder): the cleanup changes the link's own folder, never the file it points to."""
+    from rtlreward.sandbox.local import _make_writable, remove_workspace
+
+    outside = tmp_path / "host_file"
+    outside.write_text("host\n")
+    outside.chmod(0o444)
+    ws = tmp_path / "ws"
+    locked = ws / "locked"
+    locked.mkdir(parents=True)
+    (ws / "link").symlink_to(outside)
+    locked.chmod(0)
+    _make_writable(str(ws / "link"))  # what the cleanup does to an entry it could not remove
+    _make_writable(str(locked))
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o444
+    assert stat.S_IMODE(locked.stat().st_mode) == 0o700
+    remove_workspace(ws)
+    assert not ws.exists() and outside.read_text() == "host\n"

@@ -34,7 +34,7 @@ def test_local_factory_builds_a_working_executor(tmp_path):
 
 
 def _app() -> typer.Typer:
-    from rtlreward_executors.commands import add_commands
+    from rtlreward.sandbox.commands import add_commands
 
     app = typer.Typer()
 

@@ -59,6 +59,12 @@ class Executor(Protocol):
     in front of PATH. Optional keyword `binds` ({host path: sandbox path, ":ro" suffix for read-only}) mounts
     workspace folders at fixed paths (CVDP's /code/rtl, /src); executors that cannot mount raise ValueError,
     and callers check `getattr(executor, "supports_binds", False)` first.
+
+    Capabilities are optional attributes, read with `getattr(executor, name, False)` so an executor without one
+    simply lacks it; callers branch on them, never on `name`: `supports_binds` (above), and `runs_in_container`
+    (every command runs in a container of an image, and `run_service(image, argv, mounts=..., workdir=...,
+    env=..., limits=...)` starts one with a benchmark's own mounts: what a harness runner that follows a
+    benchmark's container layout, such as CVDP's compose services, needs).
     """
 
     name: str

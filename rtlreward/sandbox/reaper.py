@@ -1,0 +1,244 @@
+"""Leftovers of a dead rtlreward process: its containers and its workspaces.
+
+A trainer that is `kill -9`-ed (OOM killer, preemption, a hung job cancelled) runs no `finally:`; its containers
+keep running until their own time limit and stay on the daemon, its workspaces stay on disk. Everything rtlreward
+starts therefore carries its owner, so the next start of an executor can clean up after it:
+
+- a container is labelled `rtlreward=1`, `rtlreward.owner_pid`, `rtlreward.owner_start` (the owner's start time,
+  from /proc, against pid reuse), `rtlreward.owner_host`, `rtlreward.started` and `rtlreward.deadline` (epoch
+  seconds after which it must not exist, whoever owns it);
+- a workspace carries its owner in its NAME (`rtlreward-<task>-<random>.o<pid>-<start>-<host hash>`), not in a
+  file: the candidate can write anything inside its workspace, but cannot rename the folder that is its mount
+  point, so it can neither keep a dead run's folder alive nor get a live run's folder deleted.
+
+An owner is dead when no process has its pid, the process is a zombie, or the pid now belongs to a process that
+started at another time. Owners on another host (a shared daemon or workspace folder) are never judged by pid;
+their containers go once their deadline has passed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import socket
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rtlreward.sandbox.users import sandbox_user
+
+__all__ = [
+    "DEADLINE_GRACE",
+    "container_labels",
+    "make_workspace",
+    "owner_alive",
+    "proc_start_time",
+    "reap_containers",
+    "reap_containers_once",
+    "reap_stale_workspaces",
+]
+
+log = logging.getLogger(__name__)
+
+LABEL = "rtlreward"
+# Seconds between a container's own time limit and the deadline on its label: start-up, log flushing and a
+# busy machine's scheduling must never let the reaper remove a container its live owner is still reading.
+DEADLINE_GRACE = 60
+_WORKSPACE_RE = re.compile(r"^rtlreward-.*\.o(\d+)-(\d*)-([0-9a-f]{8})$")
+
+
+def proc_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat), or None when it is
+    unknown (no such process, no /proc)."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    try:  # the command name (field 2) may hold spaces and parentheses: split after the LAST ')'
+        return int(data[data.rindex(b")") + 2 :].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        data = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return data[data.rindex(b")") + 2 :][:1] == b"Z"
+
+
+def owner_alive(pid: int, start: int | None = None) -> bool:
+    """Whether the process that recorded (pid, start) still runs. A pid we may not signal (another user's
+    process) counts as alive: when in doubt, keep."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    if _zombie(pid):  # killed, not yet waited for by its parent: it will never clean up
+        return False
+    if start is not None:
+        now = proc_start_time(pid)
+        if now is not None and now != start:  # the pid was reused by a younger process
+            return False
+    return True
+
+
+_HOST: str | None = None
+
+
+def host_name() -> str:
+    global _HOST
+    if _HOST is None:
+        _HOST = socket.gethostname()
+    return _HOST
+
+
+def _host_hash() -> str:
+    return hashlib.sha256(host_name().encode()).hexdigest()[:8]
+
+
+def container_labels(limit: float, *, now: float | None = None) -> dict[str, str]:
+    """The labels of a container that must end within `limit` seconds of `now` (its own time limit)."""
+    now = time.time() if now is None else now
+    pid = os.getpid()
+    start = proc_start_time(pid)
+    return {
+        LABEL: "1",
+        f"{LABEL}.owner_pid": str(pid),
+        f"{LABEL}.owner_start": "" if start is None else str(start),
+        f"{LABEL}.owner_host": host_name(),
+        f"{LABEL}.started": str(int(now)),
+        f"{LABEL}.deadline": str(int(now + limit) + 1 + DEADLINE_GRACE),
+    }
+
+
+def _int(text: Any) -> int | None:
+    try:
+        return int(str(text))
+    except (TypeError, ValueError):
+        return None
+
+
+def _container_is_stale(labels: dict[str, str], now: float) -> str | None:
+    """Why a labelled container must go, or None to keep it."""
+    deadline = _int(labels.get(f"{LABEL}.deadline"))
+    if deadline is not None and now > deadline:
+        return "past its deadline"
+    if labels.get(f"{LABEL}.owner_host") != host_name():
+        return None
+    pid = _int(labels.get(f"{LABEL}.owner_pid"))
+    if pid is None:
+        return None
+    if not owner_alive(pid, _int(labels.get(f"{LABEL}.owner_start"))):
+        return f"its owner (pid {pid}) is dead"
+    return None
+
+
+def reap_containers(client: Any = None, *, now: float | None = None) -> int:
+    """Kill and remove every container labelled `rtlreward=1` whose owner on this host is dead or whose
+    deadline has passed (running or exited). Containers without our label are never touched. Returns how many
+    went. Never raises for a daemon problem: reaping must not stop an evaluation from starting."""
+    try:
+        if client is None:
+            from rtlreward.sandbox.image import docker_client
+
+            client = docker_client(timeout=60)
+        found = client.api.containers(all=True, filters={"label": f"{LABEL}=1"})
+    except Exception as exc:
+        log.warning("could not list rtlreward containers to reap: %s", exc)
+        return 0
+    now = time.time() if now is None else now
+    gone = 0
+    for c in found:
+        labels = c.get("Labels") or {}
+        if labels.get(LABEL) != "1":
+            continue
+        why = _container_is_stale(labels, now)
+        if why is None:
+            continue
+        try:  # force: SIGKILL, then remove
+            client.api.remove_container(c["Id"], force=True)
+        except Exception as exc:  # already gone (its owner or another reaper was faster)
+            log.debug("reaping %s: %s", c["Id"][:12], exc)
+            continue
+        log.info("removed container %s: %s", c["Id"][:12], why)
+        gone += 1
+    return gone
+
+
+_ONCE_LOCK = threading.Lock()
+_REAPED_IN: set[int] = set()
+
+
+def reap_containers_once(client: Any = None) -> int:
+    """`reap_containers` the first time this process (pid) asks, 0 afterwards."""
+    with _ONCE_LOCK:
+        if os.getpid() in _REAPED_IN:
+            return 0
+        _REAPED_IN.add(os.getpid())
+    return reap_containers(client)
+
+
+def _workspace_root(root: str | os.PathLike[str] | None) -> Path:
+    return Path(root or os.environ.get("RTLREWARD_WORKSPACE_DIR") or tempfile.gettempdir())
+
+
+def make_workspace(task_id: str, root: str | os.PathLike[str] | None = None) -> Path:
+    """A fresh private folder (0700) for one candidate of `task_id` under `root` ($RTLREWARD_WORKSPACE_DIR or
+    the temp dir when None), named after its owner so `reap_stale_workspaces` can remove it once this process
+    is gone."""
+    base = _workspace_root(root)
+    base.mkdir(parents=True, exist_ok=True)
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", task_id)[:40] or "task"
+    pid = os.getpid()
+    start = proc_start_time(pid)
+    suffix = f".o{pid}-{'' if start is None else start}-{_host_hash()}"
+    return Path(tempfile.mkdtemp(prefix=f"rtlreward-{slug}-", suffix=suffix, dir=base))
+
+
+def _own_uids() -> set[int]:
+    uids = {os.getuid()}
+    if os.getuid() == 0:  # the docker executor hands a root caller's workspaces to the sandbox user
+        uids.add(sandbox_user()[0])
+    return uids
+
+
+def reap_stale_workspaces(root: str | os.PathLike[str] | None = None, *, prefix: str = "rtlreward-") -> int:
+    """Remove the workspaces under `root` (as in `make_workspace`) whose owner on this host is dead; returns
+    how many went. Only folders named by `make_workspace`, owned by us and not symlinks are considered."""
+    from rtlreward.sandbox.local import remove_workspace
+
+    base = _workspace_root(root)
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return 0
+    host, uids, gone = _host_hash(), _own_uids(), 0
+    for entry in entries:
+        m = _WORKSPACE_RE.match(entry.name)
+        if m is None or not entry.name.startswith(prefix) or m.group(3) != host:
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not entry.is_dir(follow_symlinks=False) or st.st_uid not in uids:
+            continue
+        if owner_alive(int(m.group(1)), int(m.group(2)) if m.group(2) else None):
+            continue
+        with contextlib.suppress(OSError):
+            remove_workspace(Path(entry.path))
+        if not os.path.lexists(entry.path):
+            log.info("removed the workspace of a dead run: %s", entry.path)
+            gone += 1
+    return gone
