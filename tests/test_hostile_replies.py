@@ -65,9 +65,9 @@ def test_sandbox_stops_system_call_when_safety_is_off_icarus(task, tmp_path):
     target = tmp_path / "pwned"
     with Engine(NO_SAFETY, cache=False) as engine:
         r = engine.score(task, system_reply(target))
-    # vvp refuses to load a design calling $system: no results, so no test credit and no pass.
+    # vvp refuses to load a design calling $system: no signed test record (an error), so no credit and no pass.
     tests = r.stages["tests"]
-    assert tests.status is Status.FAILED and tests.score == 0.0 and not r.passed
+    assert tests.status in (Status.FAILED, Status.ERROR) and tests.score == 0.0 and not r.passed
     assert not target.exists()
 
 

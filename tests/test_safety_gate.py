@@ -93,7 +93,7 @@ module top #(parameter W = 8) (input clk, input rst, output reg [W-1:0] q);
     if (rst) q <= '0; else q <= q + 1;
     if (q == 8'hff) begin
       $display("wrapped at %0t", $time);
-      $fwrite(32'h8000_0002, "to stderr\\n");
+      $write("%0d\\n", q); $strobe("q=%h", q);
       $finish;
     end
     if ($isunknown(q)) $stop;
@@ -151,7 +151,7 @@ def test_include_of_passwd_rejected_and_never_echoed(tmp_path):
 def test_slang_never_reads_included_paths(tmp_path):
     """Even with errors, the parse helper opens nothing from disk: an include of a real file behaves exactly
     like an include of a missing one."""
-    from rtlreward_interface.slang import parse
+    from rtlreward_hdl.slang import parse
 
     secret = tmp_path / "secret.vh"
     secret.write_text("`define LEAK 1\nmodule leaked_module; endmodule\n")
@@ -179,8 +179,8 @@ def test_stage_metadata():
     from rtlreward.plugins import get_registry
 
     stage = get_registry().stages()["safety"]
-    assert stage.requires == ("format",) and stage.weight == 0.0
-    assert stage.tool_versions()["pyslang"].startswith("12")
+    assert stage.requires == ("format",) and not hasattr(stage, "weight")
+    assert set(stage.tool_versions()) == {"iverilog", "verilator"}
 
 
 @pytest.mark.parametrize(
@@ -193,7 +193,7 @@ def test_stage_metadata():
     ids=["pasted-directive", "pasted-macro-args", "macro-path"],
 )
 def test_include_built_by_macros_is_refused_and_not_read(tmp_path, src):
-    from rtlreward_interface.slang import parse
+    from rtlreward_hdl.slang import parse
 
     r = safety(tmp_path, {"rtl/top.sv": src})
     assert r.status is Status.FAILED
