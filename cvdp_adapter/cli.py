@@ -1,40 +1,27 @@
-"""`rtlreward cvdp list | show | prompts | eval`: look at a CVDP file, export its prompts, score completions.
+"""The `rtlreward cvdp ...` commands: `list | show | prompts | eval` (registered by the `cvdp` plugin) and
+`setup-envs | conformance` (registered by the `cvdp_harness` plugin, since they exercise the harness runner).
 
 DATASET is a CVDP .jsonl (either shape) or a folder of them; omitted, the two vendored v1.1.0 examples.
+`cvdp eval` is the generic `rtlreward eval` with CVDP's filters as options (`rtlreward.evaluate.command`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
 from cvdp_adapter import records as R
 
-
-def _group(app: Any, name: str, help_text: str) -> Any:
-    """The shared `cvdp` sub-command group (the harness plugin adds to it too)."""
-    try:
-        from rtlreward.cli import command_group
-
-        return command_group(app, name, help_text)
-    except (ImportError, AttributeError):  # the core CLI's helper is not there yet: find or make the group
-        import typer
-
-        for info in getattr(app, "registered_groups", []):
-            if info.name == name and info.typer_instance is not None:
-                return info.typer_instance
-        sub = typer.Typer(help=help_text, no_args_is_help=True)
-        app.add_typer(sub, name=name)
-        return sub
+GROUP_HELP = "NVIDIA CVDP benchmark: tasks, harness, conformance."
 
 
-def _has_command(app: Any, name: str) -> bool:
-    for info in getattr(app, "registered_commands", []):
-        cmd_name = info.name or (info.callback.__name__.replace("_", "-") if info.callback else "")
-        if cmd_name == name:
-            return True
-    return any(info.name == name for info in getattr(app, "registered_groups", []))
+def _cvdp_group(app: Any) -> Any:
+    """The `cvdp` sub-command group, shared by both CVDP plugins (whichever registers first creates it)."""
+    from rtlreward.cli import command_group
+
+    return command_group(app, "cvdp", GROUP_HELP)
 
 
 def row_facts(rec: R.Record, excluded: str = "") -> dict[str, Any]:
@@ -128,6 +115,7 @@ def show_record(
     dataset: str | None, wanted: str, *, style: str = "auto", as_json: bool = False, console: Any = None
 ) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.panel import Panel
     from rich.table import Table
 
@@ -167,7 +155,7 @@ def show_record(
         f"({rec.source}:{rec.line}); prompt style {style}"
     )
     if reasons:
-        console.print(f"[red]needs Cadence Xcelium:[/red] {'; '.join(reasons)}")
+        console.print(f"[red]needs Cadence Xcelium:[/red] {escape('; '.join(reasons))}")
     for m in messages:
         console.print(Panel(m["content"], title=m["role"], title_align="left", expand=True), markup=False)
     files = Table(title="Files", title_justify="left")
@@ -183,7 +171,7 @@ def show_record(
         files.add_row(p, note, str(ref[p].count("\n") + 1) if p in ref else "-")
     console.print(files)
     if ref_error:
-        console.print(f"[red]reference patch does not apply:[/red] {ref_error}")
+        console.print(f"[red]reference patch does not apply:[/red] {escape(ref_error)}")
     h = Table(title="Harness", title_justify="left")
     for col in ("service", "image", "env file", "command"):
         h.add_column(col, overflow="fold")
@@ -206,38 +194,22 @@ def show_record(
             it.add_row(p.name, p.direction, "?" if p.width is None else str(p.width))
         console.print(it)
     else:
-        console.print("interface: unknown (interface plugin not installed or nothing to derive it from)")
+        console.print("interface: unknown (nothing in the reference, spec or harness to derive it from)")
 
 
 def export_prompts(dataset: str | None, out: Path, *, style: str = "auto", **filters: Any) -> int:
-    """Write `{"id", "messages", "expected_files"}` per task: what a sampler needs to produce completions."""
-    from cvdp_adapter.prompts import build_messages
-    from cvdp_adapter.tasks import CvdpDataset
+    """Write `{"id", "messages", "expected_files"}` per task: what a sampler needs to produce completions. The
+    generic `rtlreward prompts cvdp` writes them (`rtlreward.prompts`): one place builds every dataset's prompts
+    file, this is its CVDP front door with CVDP's filters."""
+    from rtlreward.prompts import export_prompts as export
 
-    ds = CvdpDataset()
-    sel = ds.select(dataset, **filters)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as fh:
-        for rec in sel.kept:
-            fh.write(
-                json.dumps(
-                    {
-                        "id": rec.id,
-                        "messages": build_messages(rec, style=style),
-                        "expected_files": list(rec.expected_files),
-                    }
-                )
-                + "\n"
-            )
-    return len(sel.kept)
+    return export("cvdp", out, source=dataset, filters={**filters, "interface": False}, style=style)
 
 
 def register_commands(app: Any) -> None:
     import typer
 
-    from rtlreward.evaluate import register_eval_command, run_eval
-
-    cvdp = _group(app, "cvdp", "NVIDIA CVDP benchmark: tasks, harness, conformance.")
+    cvdp = _cvdp_group(app)
     dataset_arg = typer.Argument(
         None,
         help="CVDP .jsonl (agentic or non-agentic) or a folder of them; "
@@ -258,7 +230,10 @@ def register_commands(app: Any) -> None:
         difficulty: str = diff_opt,
         id: str = id_opt,
         open_source: bool = typer.Option(
-            False, "--open-source", help="Exclude records that need Cadence Xcelium (shown with the reason)."
+            True,
+            "--open-source/--include-commercial",
+            help="Exclude records that need Cadence Xcelium (listed, dimmed, with the reason), as `cvdp eval` "
+            "does (default); --include-commercial lists them as selectable.",
         ),
         as_json: bool = typer.Option(False, "--json", help="JSON instead of a table."),
     ) -> None:
@@ -298,7 +273,7 @@ def register_commands(app: Any) -> None:
         id: str = id_opt,
         open_source: bool = typer.Option(True, "--open-source/--include-commercial"),
     ) -> None:
-        """Export the chat prompts of a CVDP file, to sample completions for `rtlreward cvdp eval`."""
+        """Export the chat prompts of a CVDP file (alias of `rtlreward prompts cvdp`), for `rtlreward sample`."""
         try:
             n = export_prompts(
                 dataset,
@@ -319,11 +294,44 @@ def register_commands(app: Any) -> None:
         completions: Path = typer.Option(
             None, "--completions", "-c", help='JSONL: {"id", "completion"} or {"id", "files": {path: text}}.'
         ),
-        profile: str = typer.Option("shaped", "--profile", "-p", help="Reward profile name or TOML file."),
-        executor: str = typer.Option("local", "--executor", "-x", help="local | docker"),
-        out: Path = typer.Option(None, "--out", "-o", help="Results JSONL (appended; rerun to resume)."),
+        profile: str = typer.Option(
+            None,
+            "--profile",
+            "-p",
+            help="Reward profile name or TOML file (default: shaped, or the config's).",
+        ),
+        executor: str = typer.Option(
+            None, "--executor", "-x", help="local | docker | ray (default: local, or the config's)."
+        ),
+        ray_address: str = typer.Option(
+            None, "--ray-address", help="With --executor ray: the cluster's head, HOST:PORT."
+        ),
+        out: Path = typer.Option(
+            None,
+            "--out",
+            "-o",
+            help="Results JSONL (appended; rerun to resume). Default: "
+            "<out-dir>/<completions stem>.<dataset>.<profile>.jsonl.",
+        ),
+        out_dir: Path = typer.Option(
+            None, "--out-dir", help="Folder of the default results file (default: results, or the config's)."
+        ),
         jobs: int = typer.Option(
             None, "--jobs", "-j", help="Completions scored at once (default: CPU cores)."
+        ),
+        rescore: bool = typer.Option(
+            False,
+            "--rescore",
+            help="Results of other settings in --out: keep them as FILE.prev, score again.",
+        ),
+        keep_replies: bool = typer.Option(
+            False, "--keep-replies", help="Write each reply into its result row (for reports)."
+        ),
+        fail_under: float = typer.Option(
+            None, "--fail-under", help="Exit 1 when the pass rate (0..1) is below this (CI)."
+        ),
+        fail_under_reward: float = typer.Option(
+            None, "--fail-under-reward", help="Exit 1 when the mean reward is below this (CI)."
         ),
         reference: bool = typer.Option(
             False, "--reference", help="Score the records' own reference solutions."
@@ -341,49 +349,171 @@ def register_commands(app: Any) -> None:
         json_out: Path = typer.Option(None, "--summary-json", help="Also write the summary as JSON here."),
     ) -> None:
         """Score completions for CVDP problems (pass@k, per-category and per-stage rates); resumable."""
-        from cvdp_adapter.tasks import CvdpDataset
+        from rtlreward.evaluate import run_eval_command
 
-        try:
-            tasks = CvdpDataset().load(
-                dataset,
-                category=category,
-                difficulty=difficulty,
-                id=id,
-                open_source_only=open_source,
-                style=style,
+        def explain_empty() -> str | None:
+            """Nothing selected because every match needs Xcelium: say how to score them anyway."""
+            if not open_source:
+                return None
+            from cvdp_adapter.tasks import CvdpDataset
+
+            matches = R.select(
+                CvdpDataset().records(dataset), category=category, difficulty=difficulty, id=id
             )
-            if not tasks and open_source:
-                n = len(
-                    R.select(
-                        CvdpDataset().records(dataset), category=category, difficulty=difficulty, id=id
-                    ).kept
-                )
-                if n:
-                    raise ValueError(
-                        f"all {n} selected records need Cadence Xcelium; add --include-commercial to score them "
-                        "anyway (they cannot pass without it)"
+            if not matches.kept:
+                return None
+            return (
+                f"all {len(matches.kept)} selected records need Cadence Xcelium; add --include-commercial to "
+                "score them anyway (they cannot pass without it)"
+            )
+
+        run_eval_command(
+            "cvdp",
+            source=dataset,
+            filters={
+                "category": category,
+                "difficulty": difficulty,
+                "id": id,
+                "open_source_only": open_source,
+                "style": style,
+            },
+            completions=completions,
+            reference=reference,
+            empty=empty,
+            profile=profile,
+            executor=executor,
+            out=out,
+            jobs=jobs,
+            summary_json=json_out,
+            explain_empty=explain_empty,
+            ray_address=ray_address,
+            out_dir=out_dir,
+            rescore=rescore,
+            keep_replies=keep_replies,
+            fail_under=fail_under,
+            fail_under_reward=fail_under_reward,
+        )
+
+
+@contextlib.contextmanager
+def _progress(label: str) -> Any:
+    """A progress bar on stderr for a long check: yields (started(total), advance(item)); `-q` hides it, and a
+    non-terminal stderr gets a line every 10% instead of a bar."""
+    import sys
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
+
+    from rtlreward.config import quiet
+
+    if quiet():
+        yield (lambda n: None), (lambda item: None)
+        return
+    err = Console(stderr=True)
+    if not err.is_terminal:
+        state = {"total": 0, "done": 0, "shown": -1}
+
+        def started(n: int) -> None:
+            state["total"] = n
+            print(f"{label}: {n} to run", file=sys.stderr, flush=True)
+
+        def advance(item: Any) -> None:
+            state["done"] += 1
+            tenth = 10 * state["done"] // max(1, state["total"])
+            if tenth != state["shown"]:
+                state["shown"] = tenth
+                print(f"{label}: {state['done']}/{state['total']}", file=sys.stderr, flush=True)
+
+        yield started, advance
+        return
+    bar = Progress(
+        "[bold]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        "eta",
+        TimeRemainingColumn(),
+        console=err,
+    )
+    job = bar.add_task(label, total=None)
+    with bar:
+        yield (lambda n: bar.update(job, total=n)), (lambda item: bar.advance(job))
+
+
+def register_harness_commands(app: Any) -> None:
+    """`rtlreward cvdp setup-envs` and `rtlreward cvdp conformance`."""
+    import attrs
+    import typer
+
+    from cvdp_adapter.conformance import DEFAULT_SHARED
+
+    cvdp = _cvdp_group(app)
+
+    @cvdp.command("setup-envs")
+    def setup_envs(
+        name: list[str] = typer.Option(None, "--name", help="Only these envs (default: all)."),
+    ) -> None:
+        """Create the managed Python envs CVDP harnesses need (cocotb 1.9.2; cocotb + cocotb-bus) once, ahead
+        of evaluation (needs PyPI)."""
+        from cvdp_adapter import cocotb_envs
+
+        for env_name, python in cocotb_envs.setup_all(list(name) if name else None).items():
+            typer.echo(f"{env_name}: {python}")
+
+    @cvdp.command("conformance")
+    def conformance(
+        check: str = typer.Option("all", help="examples | reconstructed | all"),
+        executor: list[str] = typer.Option(
+            ["local"], "--executor", "-x", help="Executors to check (local, docker); repeat for several."
+        ),
+        data: Path = typer.Option(DEFAULT_SHARED, help="The CVDP data folder (../shared/data/cvdp)."),
+        jobs: int = typer.Option(2, "--jobs", "-j", help="Candidates run in parallel."),
+        ids: list[str] = typer.Option(None, "--id", help="Only these task ids (reconstructed check)."),
+        limit: int = typer.Option(0, help="Only the first N candidates (reconstructed check)."),
+        out: Path | None = typer.Option(
+            None, "--out", "-o", help="Write the per-candidate comparison as JSON here."
+        ),
+        mode: str = typer.Option(
+            "engine", help="engine: the strict Engine's verdict (all stages); harness: the cvdp runner alone."
+        ),
+    ) -> None:
+        """Check our CVDP verdicts against the benchmark's: the official examples (reference passes, empty
+        answer fails) and recorded verdicts of real LLM candidates (every disagreement with its cause)."""
+        import time
+
+        from cvdp_adapter.conformance import check_examples, compare_reconstructed, render_report, summarise
+
+        failed = False
+        report: dict[str, Any] = {}
+        if check in ("examples", "all"):
+            # Each check prints as it ends: a harness run takes a minute or more, never silent that long.
+            def said(r: Any) -> None:
+                mark = "ok" if r.ok else "MISMATCH"
+                typer.echo(f"example {r.task_id} [{r.executor}] {r.answer}: {r.status} ({mark})")
+
+            rows = check_examples(data, executor, mode=mode, progress=said)
+            failed |= not all(r.ok for r in rows)
+            report["examples"] = [{**attrs.asdict(r), "ok": r.ok} for r in rows]
+        if check in ("reconstructed", "all"):
+            for name in executor:
+                start = time.monotonic()
+                with _progress(f"[{name}] recorded candidates") as (started, advance):
+                    comps = compare_reconstructed(
+                        name,
+                        root=data / "reconstructed",
+                        jobs=jobs,
+                        ids=ids or None,
+                        limit=limit or None,
+                        mode=mode,
+                        started=started,
+                        progress=advance,
                     )
-            summary = run_eval(
-                tasks,
-                completions=completions,
-                reference=reference,
-                empty=empty,
-                profile=profile,
-                executor=executor,
-                out=out,
-                jobs=jobs,
-            )
-        except (ValueError, R.RecordError) as exc:
-            fail(exc)
-        except KeyboardInterrupt:
-            typer.secho(
-                "interrupted: results so far are saved; waiting for the running evaluations to stop (their time "
-                "limits bound this; Ctrl-C again abandons them). Rerun the same command to resume.",
-                err=True,
-            )
-            raise typer.Exit(130) from None
-        if json_out:
-            Path(json_out).write_text(json.dumps(summary.to_dict(), indent=2))
-
-    if not _has_command(app, "eval"):
-        register_eval_command(app)
+                typer.echo(f"[{name}] " + render_report(comps) + f"\n({time.monotonic() - start:.0f} s)")
+                report[f"reconstructed/{name}"] = {
+                    "summary": summarise(comps),
+                    "candidates": [c.to_dict() for c in comps],
+                }
+        if out:
+            out.write_text(json.dumps(report, indent=1))
+        if failed:
+            raise typer.Exit(1)

@@ -1,14 +1,14 @@
 """Conformance of our CVDP verdict with the benchmark's own.
 
-Two checks (`rtlreward cvdp conformance`):
+Two checks (`rtlreward cvdp conformance`, whose command is in `cvdp_adapter.cli`):
 - the official v1.1.0 examples: each passes with its reference answer and fails with an empty answer, on the
   local runner and (when Docker and the sim image are there) on the Docker runner;
 - a set of real LLM candidates with recorded verdicts (the reconstructed 50-problem spec-to-RTL set in
   `../shared/data/cvdp/reconstructed`, read in place, never copied): our strict verdict against the recorded one,
   every disagreement listed with its cause.
 
-Records become Tasks through the CVDP loader when it is installed (`cvdp_adapter.records`); a minimal
-conversion here keeps the check usable on its own (and is what it falls back to).
+Records become Tasks and reference answers exactly as the dataset loads them (`cvdp_adapter.records`,
+`cvdp_adapter.tasks`): a check that converted them its own way would check a different task.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import re
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -24,7 +23,9 @@ from typing import Any
 
 import attrs
 
-from rtlreward.model import Candidate, Harness, StageResult, Status, Task, hash_json
+from cvdp_adapter.records import Record, read_records
+from cvdp_adapter.tasks import record_to_task
+from rtlreward.model import Candidate, StageResult, Status, Task, hash_json
 
 DEFAULT_SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cvdp"
 EXAMPLES = (
@@ -35,101 +36,10 @@ RECONSTRUCTED_JSONL = "cvdp_nonagentic_spec_to_rtl_icarus_50.reconstructed.jsonl
 CANDIDATES_DIR = "candidates_gpt-5.5_direct-verilog"
 
 
-# -- records -> tasks ------------------------------------------------------------------------------------------
-def record_to_task(rec: Mapping[str, Any]) -> Task:
-    """A CVDP JSONL record (agentic or non-agentic) as a Task with a `cvdp` harness."""
-    try:  # the loader owned by the CVDP dataset plugin, when it exists
-        from cvdp_adapter import records as _records  # type: ignore[attr-defined]
-
-        fn = getattr(_records, "record_to_task", None)
-        if fn is not None:
-            return fn(rec)
-    except ImportError:
-        pass
-    cats = rec.get("categories") or []
-    category = next((c for c in cats if str(c).startswith("cid")), "")
-    difficulty = next((c for c in cats if not str(c).startswith("cid")), "")
-    harness = rec.get("harness") or {}
-    harness_files = harness.get("files", harness) if isinstance(harness, dict) else {}
-    agentic = "patch" in rec or "system_message" in rec
-    if agentic:
-        context = dict(rec.get("context") or {})
-        expected = tuple((rec.get("patch") or {}).keys())
-        prompt = rec.get("prompt", "")
-    else:
-        context = dict((rec.get("input") or {}).get("context") or {})
-        expected = tuple(((rec.get("output") or {}).get("context") or {}).keys())
-        prompt = (rec.get("input") or {}).get("prompt", "")
-    return Task(
-        id=rec["id"],
-        prompt=prompt,
-        expected_files=expected,
-        context=context,
-        harness=Harness(kind="cvdp", files=harness_files, options={"category": category, "agentic": agentic}),
-        dataset="cvdp",
-        category=category,
-        difficulty=difficulty,
-    )
-
-
-def record_reference(rec: Mapping[str, Any]) -> dict[str, str]:
-    """The record's reference answer as {path: text}; agentic patches are applied to the context."""
-    try:  # the CVDP loader's strict patch application, when it is installed
-        from cvdp_adapter.records import parse_record
-
-        ref = parse_record(dict(rec)).reference()
-        if ref is not None:
-            return dict(ref)
-    except ImportError:
-        pass
-    if "patch" in rec:
-        ctx = rec.get("context") or {}
-        return {
-            p: apply_hunks(ctx.get(p, ""), hunks) for p, hunks in (rec.get("patch") or {}).items() if hunks
-        }
-    out = (rec.get("output") or {}).get("context") or {}
-    return {p: t for p, t in out.items() if t}
-
-
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-
-
-def apply_hunks(original: str, patch: str) -> str:
-    """Apply CVDP's header-less unified-diff hunks (`@@ -a,b +c,d @@` ...) to `original`."""
-    old = original.splitlines(keepends=True)
-    out: list[str] = []
-    pos = 0
-    lines = patch.splitlines(keepends=True)
-    i = 0
-    while i < len(lines):
-        m = _HUNK.match(lines[i])
-        if not m:
-            i += 1
-            continue
-        start = int(m.group(1))
-        count = int(m.group(2)) if m.group(2) is not None else 1
-        begin = start - 1 if count else start  # "-0,0" inserts before line 1
-        out.extend(old[pos:begin])
-        pos = max(pos, begin)
-        i += 1
-        while i < len(lines) and not lines[i].startswith("@@"):
-            line = lines[i]
-            if line.startswith("+"):
-                out.append(line[1:])
-            elif line.startswith("-"):
-                pos += 1
-            elif line.startswith(" "):
-                out.append(old[pos] if pos < len(old) else line[1:])
-                pos += 1
-            elif line.startswith("\\") and out and out[-1].endswith("\n"):
-                out[-1] = out[-1][:-1]
-            i += 1
-    out.extend(old[pos:])
-    return "".join(out)
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+# -- records ---------------------------------------------------------------------------------------------------
+def reference_files(rec: Record) -> dict[str, str]:
+    """The record's own answer as {path: text} ({} when the release redacted it)."""
+    return dict(rec.reference() or {})
 
 
 # -- running one candidate -------------------------------------------------------------------------------------
@@ -138,13 +48,6 @@ def make_executor(name: str) -> Any:
     from rtlreward.plugins import get_registry
 
     factories = get_registry().executors()
-    if name not in factories and name == "docker":
-        try:  # the sandbox's executor, importable before its plugin registers it
-            from rtlreward.sandbox.docker import DockerExecutor
-
-            return DockerExecutor()
-        except ImportError:
-            pass
     if name not in factories:
         raise SystemExit(f"executor {name!r} is not available (registered: {', '.join(sorted(factories))})")
     return factories[name]()
@@ -160,16 +63,19 @@ def score_files(
 ) -> StageResult:
     """Our strict CVDP verdict for an answer: the harness runner driven through a StageContext, the way the
     tests stage drives it (formatting and the other stages are not part of the benchmark's verdict)."""
-    from cvdp_adapter.harness_plugin import CvdpHarnessRunner
+    from cvdp_adapter.runner import CvdpHarnessRunner
+    from rtlreward.answers import restrict_answer
     from rtlreward.stage import StageContext
 
+    # The same rule the engine applies: an answer writes only the task's answer paths, harness files win.
+    kept = restrict_answer(task, files).files
     with tempfile.TemporaryDirectory(prefix=f"cvdp-{task.id[:40]}-") as tmp:
         ctx = StageContext(
             task=task,
-            candidate=Candidate(files=dict(files)),
+            candidate=Candidate(files=dict(kept)),
             workspace=Path(tmp),
             executor=executor,
-            files=dict(files),
+            files=dict(kept),
             options=dict(options or {}),
             seed=seed,
             timeout=600,
@@ -218,22 +124,29 @@ class ExampleCheck:
 
 
 def check_examples(
-    cvdp_dir: Path = DEFAULT_SHARED, executors: Iterable[str] = ("local",), *, mode: str = "engine"
+    cvdp_dir: Path = DEFAULT_SHARED,
+    executors: Iterable[str] = ("local",),
+    *,
+    mode: str = "engine",
+    progress: Callable[[ExampleCheck], None] | None = None,
 ) -> list[ExampleCheck]:
-    """`mode="engine"`: the strict Engine's verdict (what a trainer gets); "harness": the cvdp runner alone."""
+    """`mode="engine"`: the strict Engine's verdict (what a trainer gets); "harness": the cvdp runner alone.
+    `progress` is called with each check as it ends (a harness run takes minutes: say so as it goes)."""
     out = []
     for name in executors:
         ex = make_executor(name)
         engine = strict_engine(ex) if mode == "engine" else None
         for fname in EXAMPLES:
-            for rec in read_jsonl(Path(cvdp_dir) / fname):
+            for rec in read_records(Path(cvdp_dir) / fname):
                 task = record_to_task(rec)
                 for label, files, expect in (
-                    ("reference", record_reference(rec), True),
+                    ("reference", reference_files(rec), True),
                     ("empty", {}, False),
                 ):
                     r = engine_verdict(engine, task, files) if engine else score_files(task, files, ex)
                     out.append(ExampleCheck(task.id, name, label, expect, r.status.value, r.score))
+                    if progress is not None:
+                        progress(out[-1])
     return out
 
 
@@ -251,7 +164,7 @@ class RecordedCandidate:
 def reconstructed_candidates(root: Path | None = None) -> list[RecordedCandidate]:
     """Every candidate of the reconstructed set with its recorded verdict, read from ../shared in place."""
     root = Path(root or DEFAULT_SHARED / "reconstructed")
-    tasks = {rec["id"]: record_to_task(rec) for rec in read_jsonl(root / RECONSTRUCTED_JSONL)}
+    tasks = {rec.id: record_to_task(rec) for rec in read_records(root / RECONSTRUCTED_JSONL)}
     cand_root = root / CANDIDATES_DIR
     index = json.loads((cand_root / "candidates_index.json").read_text())
     out = []
@@ -428,9 +341,11 @@ def compare_reconstructed(
     recheck_seeds: Iterable[int] = (1, 2),
     mode: str = "engine",
     progress: Callable[[Comparison], None] | None = None,
+    started: Callable[[int], None] | None = None,
 ) -> list[Comparison]:
     """Run every recorded candidate (or the given task ids) and compare verdicts. A disagreement is re-run
-    with `recheck_seeds` to tell harness nondeterminism from a stable difference."""
+    with `recheck_seeds` to tell harness nondeterminism from a stable difference. `started(n)` is told how many
+    candidates will run, `progress(comparison)` each one as it ends (for a progress bar)."""
     from concurrent.futures import ThreadPoolExecutor
 
     all_cands = reconstructed_candidates(root)
@@ -447,6 +362,8 @@ def compare_reconstructed(
         cands = [c for c in cands if (c.task.id, c.label) in chosen]
     if limit:
         cands = cands[:limit]
+    if started is not None:
+        started(len(cands))
     executor = make_executor(executor_name)
     engine = strict_engine(executor, jobs) if mode == "engine" else None
 
@@ -526,81 +443,3 @@ def render_report(comps: list[Comparison]) -> str:
             f"{c.python_env}): {c.cause}: {c.detail}"
         )
     return "\n".join(lines)
-
-
-# -- CLI -------------------------------------------------------------------------------------------------------
-def _group(app: Any, name: str, help_text: str) -> Any:
-    try:
-        from rtlreward.cli import command_group
-
-        return command_group(app, name)
-    except (ImportError, AttributeError):  # the core CLI's shared groups are not there: make our own
-        import typer
-
-        sub = typer.Typer(help=help_text, no_args_is_help=True)
-        app.add_typer(sub, name=name)
-        return sub
-
-
-def register_commands(app: Any) -> None:
-    import typer
-
-    cvdp = _group(app, "cvdp", "NVIDIA CVDP benchmark: tasks, harness, conformance.")
-
-    @cvdp.command("setup-envs")
-    def setup_envs(
-        name: list[str] = typer.Option(None, "--name", help="Only these envs (default: all)."),
-    ) -> None:
-        """Create the managed Python envs CVDP harnesses need (cocotb 1.9.2; cocotb + cocotb-bus) once, ahead
-        of evaluation (needs PyPI)."""
-        from cvdp_adapter import cocotb_envs
-
-        for env_name, python in cocotb_envs.setup_all(list(name) if name else None).items():
-            typer.echo(f"{env_name}: {python}")
-
-    @cvdp.command("conformance")
-    def conformance(
-        check: str = typer.Option("all", help="examples | reconstructed | all"),
-        executor: list[str] = typer.Option(
-            ["local"], "--executor", "-e", help="Executors to check (local, docker); repeat for several."
-        ),
-        data: Path = typer.Option(DEFAULT_SHARED, help="The CVDP data folder (../shared/data/cvdp)."),
-        jobs: int = typer.Option(2, "--jobs", "-j", help="Candidates run in parallel."),
-        ids: list[str] = typer.Option(None, "--id", help="Only these task ids (reconstructed check)."),
-        limit: int = typer.Option(0, help="Only the first N candidates (reconstructed check)."),
-        out: Path | None = typer.Option(None, help="Write the per-candidate comparison as JSON here."),
-        mode: str = typer.Option(
-            "engine", help="engine: the strict Engine's verdict (all stages); harness: the cvdp runner alone."
-        ),
-    ) -> None:
-        """Check our CVDP verdicts against the benchmark's: the official examples (reference passes, empty
-        answer fails) and recorded verdicts of real LLM candidates (every disagreement with its cause)."""
-        failed = False
-        report: dict[str, Any] = {}
-        if check in ("examples", "all"):
-            rows = check_examples(data, executor, mode=mode)
-            for r in rows:
-                mark = "ok" if r.ok else "MISMATCH"
-                typer.echo(f"example {r.task_id} [{r.executor}] {r.answer}: {r.status} ({mark})")
-            failed |= not all(r.ok for r in rows)
-            report["examples"] = [{**attrs.asdict(r), "ok": r.ok} for r in rows]
-        if check in ("reconstructed", "all"):
-            for name in executor:
-                start = time.monotonic()
-                comps = compare_reconstructed(
-                    name,
-                    root=data / "reconstructed",
-                    jobs=jobs,
-                    ids=ids or None,
-                    limit=limit or None,
-                    mode=mode,
-                )
-                typer.echo(f"[{name}] " + render_report(comps) + f"\n({time.monotonic() - start:.0f} s)")
-                report[f"reconstructed/{name}"] = {
-                    "summary": summarise(comps),
-                    "candidates": [c.to_dict() for c in comps],
-                }
-        if out:
-            out.write_text(json.dumps(report, indent=1))
-        if failed:
-            raise typer.Exit(1)

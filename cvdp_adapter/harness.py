@@ -8,7 +8,16 @@ model's answer, then the harness files into a folder with `rtl verif docs src ru
 `/code/rundir`, as the host user, HOME=/code/rundir. A problem passes when every service exits 0.
 
 Everything here is pure (no process is started): parsing, workspace materialisation, the environment each
-service sees, JUnit reading and the verdict. The runners decide where the commands run.
+service sees, and the verdict. The runners decide where the commands run.
+
+The verdict does not read the benchmark's exit code alone, nor any file in the problem folder: those are the
+design's to write (a `final` block overwrites cocotb's results XML, which the harness's runner then reports to
+pytest as a pass). Each service's pytest runs rtlreward's verdict probe (`rtlreward.verdict`; the pytest hook
+`rtlreward_hdl/probe/rtlreward_pytest_probe.py`, loaded with `-p`, no conftest, no ini file, no cache plugin),
+which signs the session's outcomes and, for every simulation a test ran, that simulation's own signed cocotb
+record. A service passes only when it exited 0 AND its authentic record shows at least one collected test, every
+one passed, and every simulation's record complete (`rtlreward_hdl.probes.check_cocotb`) and passed. No authentic
+record is an `error`, never a pass.
 """
 
 from __future__ import annotations
@@ -16,7 +25,6 @@ from __future__ import annotations
 import re
 import shlex
 import tempfile
-import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -25,12 +33,18 @@ import attrs
 
 from rtlreward.model import Diagnostic, StageResult, Status
 from rtlreward.stage import safe_relpath, write_files
+from rtlreward.verdict import Channel, Received, Trust, probe_env, sha256_text
+from rtlreward_hdl.probes import PYTEST_HOOK, check_cocotb, modules_of
 
 CODE_DIRS = ("docs", "rundir", "rtl", "verif", "src")  # mounted at /code/<dir>, as the benchmark's docker_cmd
 DEFAULT_WORKDIR = "/code/rundir"  # the benchmark passes `-w /code/rundir` whatever the compose file says
 DEFAULT_SERVICE_TIMEOUT = 600.0  # the benchmark's DOCKER_TIMEOUT
 IMAGE_PLACEHOLDERS = ("__OSS_SIM_IMAGE__", "ghcr.io/hdl/sim/osvb", "hdlc/sim:osvb", "nvidia/cvdp-sim")
-JUNIT_DIR = ".rtlreward"  # under rundir: where each service's pytest writes its JUnit XML
+JUNIT_DIR = ".rtlreward"  # under rundir: each service's verdict channel (key, signed record) and JUnit XML
+HARNESS_DIR = "src"  # the harness's own folder (mounted at /src): answers never write there
+# Loaded into every service's pytest: our probe; never a conftest.py, an ini file or the cache (an answer or an
+# earlier simulation could have planted them). The harness's own `-o cache_dir=...` then only warns.
+PYTEST_PROBE_OPTS = ("-p", PYTEST_HOOK, "--noconftest", "-p", "no:cacheprovider", "-c", "/dev/null")
 
 
 class HarnessError(ValueError):
@@ -195,15 +209,39 @@ def materialise(
     root: Path, *, context: Mapping[str, str], answer: Mapping[str, str], harness: Mapping[str, str]
 ) -> Path:
     """Lay out one problem folder: the five folders, then context files, the answer, the harness files (in the
-    benchmark's order, so a harness file always wins over an answer file of the same name)."""
+    benchmark's order, so a harness file always wins over an answer file of the same name). An answer file
+    under `src/` is never written: that folder is the harness's, on every service's PYTHONPATH, and a module
+    there (or a `pytest.ini`, a `sitecustomize.py`) would run as harness code."""
     root.mkdir(parents=True, exist_ok=True)
     for d in CODE_DIRS:
         (root / d).mkdir(exist_ok=True)
     write_files(root, context)
-    write_files(root, answer)
+    write_files(root, {k: v for k, v in answer.items() if safe_relpath(k).parts[0] != HARNESS_DIR})
     write_files(root, harness)
     (root / "rundir" / JUNIT_DIR).mkdir(exist_ok=True)
     return root
+
+
+def freeze_harness(root: Path) -> None:
+    """Make the harness's folder read-only for the run (files 0444, folders 0555). It is also reachable
+    read-write (at /code/src, and through the workspace's own mount): a design that wrote a module there would
+    run it in the next simulation or service. The sandbox's user has no capability to override file modes."""
+    src = root / HARNESS_DIR
+    for path in sorted(src.rglob("*"), key=lambda p: -len(p.parts)):
+        if not path.is_symlink():
+            path.chmod(0o555 if path.is_dir() else 0o444)
+    src.chmod(0o555)
+
+
+def thaw_harness(root: Path) -> None:
+    """Undo `freeze_harness`, so the workspace can be removed by a caller that is not root."""
+    src = root / HARNESS_DIR
+    if not src.is_dir():
+        return
+    src.chmod(0o755)
+    for path in src.rglob("*"):
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() else 0o644)
 
 
 def code_mounts(root: Path, service: Service) -> list[tuple[Path, str, bool]]:
@@ -217,11 +255,21 @@ def code_mounts(root: Path, service: Service) -> list[tuple[Path, str, bool]]:
     return mounts
 
 
-def service_env(root: Path, service: Service, *, seed: int, seed_dir: str | None = None) -> dict[str, str]:
+def service_env(
+    root: Path,
+    service: Service,
+    *,
+    seed: int,
+    seed_dir: str | None = None,
+    probe_dirs: Sequence[str] = (),
+    probe: Mapping[str, str] | None = None,
+) -> dict[str, str]:
     """The variables a service sees: its env files, HOME=/code/rundir (as the benchmark passes), fixed seeds
     (`rtlreward.seeding.seed_env`: cocotb's COCOTB_RANDOM_SEED / RANDOM_SEED, PYTHONHASHSEED, and Python's
     `random` seeded by a sitecustomize in `seed_dir` (its path as the service sees it), which covers
-    test_runner.py's import-time parametrisation) and a JUnit XML per service for partial credit."""
+    test_runner.py's import-time parametrisation), the verdict probe (`probe`: the channel's variables; its
+    folders `probe_dirs` on PYTHONPATH right after the seeding folder, before the harness's), and pytest's
+    options: the probe plugin, no conftest / ini file / cache, a JUnit XML for people (never the verdict)."""
     env: dict[str, str] = {}
     for ef in service.env_files:
         path = root / ef
@@ -230,12 +278,51 @@ def service_env(root: Path, service: Service, *, seed: int, seed_dir: str | None
     env["HOME"] = "/code/rundir"
     base = [p for p in env.get("PYTHONPATH", "").split(":") if p]
     env.update(_seed_vars(seed))
-    env["PYTHONPATH"] = ":".join([seed_dir, *base] if seed_dir else base)
-    env["PYTEST_ADDOPTS"] = f"--junitxml=/code/rundir/{JUNIT_DIR}/junit-{_safe_name(service.name)}.xml"
+    env["PYTHONPATH"] = ":".join([*([seed_dir] if seed_dir else []), *probe_dirs, *base])
+    opts = [*PYTEST_PROBE_OPTS, f"--rootdir={DEFAULT_WORKDIR}"] if probe else []
+    opts.append(f"--junitxml=/code/rundir/{JUNIT_DIR}/junit-{_safe_name(service.name)}.xml")
+    env["PYTEST_ADDOPTS"] = " ".join(opts)
     # The benchmark's image has a bare pytest; the host's may carry plugins (asyncio, anyio) that cost start-up
     # time and could change collection. Harnesses need none of them.
     env.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    if probe:
+        env.update(probe_env())
+        env.update(probe)
     return env
+
+
+def harness_hashes(root: Path) -> dict[str, str]:
+    """{path as a service sees it: sha256} of the harness's Python files as written (after any path rewriting):
+    the only files under /code a probed process may import. Read once, before any service runs."""
+    src = root / HARNESS_DIR
+    out: dict[str, str] = {}
+    for path in sorted(src.rglob("*.py")):
+        if path.is_file() and not path.is_symlink():
+            rel = path.relative_to(src).as_posix()
+            digest = sha256_text(path.read_bytes())
+            out[f"/src/{rel}"] = out[f"/code/src/{rel}"] = digest
+    return out
+
+
+def open_probe(
+    root: Path,
+    *,
+    trusted_dirs: Sequence[str],
+    trusted_files: Mapping[str, str],
+    untrusted: Sequence[str] = (),
+) -> tuple[Channel, dict[str, str]]:
+    """One service's verdict channel: its key file under rundir/.rtlreward, and the probe's variables with paths
+    as the service sees them (/code/rundir/...). `trusted_dirs`: the probe and seeding folders as the service sees
+    them (read-only there); `trusted_files`: `harness_hashes(root)`; `untrusted`: writable roots besides /code
+    (e.g. the workspace's own mount)."""
+    channel = Channel.open(root / "rundir" / JUNIT_DIR, role="pytest", hooks=(PYTEST_HOOK,))
+    trust = Trust(dirs=trusted_dirs, files=trusted_files, untrusted=["/code", *untrusted])
+    rundir = (root / "rundir").resolve()
+
+    def place(path: Path) -> str:
+        return f"{DEFAULT_WORKDIR}/{Path(path).resolve().relative_to(rundir).as_posix()}"
+
+    return channel, channel.env(trust, place)
 
 
 def _seed_vars(seed: int) -> dict[str, str]:
@@ -253,10 +340,6 @@ def _seed_vars(seed: int) -> dict[str, str]:
 
 def _safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
-
-
-def junit_path(root: Path, service: Service) -> Path:
-    return root / "rundir" / JUNIT_DIR / f"junit-{_safe_name(service.name)}.xml"
 
 
 def write_seed_dir(path: Path) -> Path:
@@ -294,83 +377,161 @@ class ServiceOutcome:
     tests_passed: int = 0
     tests_total: int = 0
     failures: tuple[CaseFailure, ...] = ()
-    junit: bool = False  # a JUnit file was found
+    record_passed: bool = False  # the service's authentic record shows every collected test passed
     output_tail: str = ""
     duration: float = 0.0
-    error: str = ""  # the runner could not start the service at all
-    cocotb_failures: tuple[CaseFailure, ...] = ()  # from cocotb's own result XML files: the real messages
+    error: str = ""  # no authentic, complete record (or the runner could not start the service at all)
+    cocotb_failures: tuple[CaseFailure, ...] = ()  # from the simulations' signed cocotb records
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out and not self.error
-
-
-def read_junit(path: Path) -> tuple[int, int, list[CaseFailure]] | None:
-    """(passed, total, failures) from a pytest JUnit file; skipped cases count in neither. None: no usable file."""
-    try:
-        tree = ET.parse(path)
-    except (OSError, ET.ParseError):
-        return None
-    passed = total = 0
-    failures: list[CaseFailure] = []
-    for case in tree.getroot().iter("testcase"):
-        tags = {child.tag for child in case}
-        if "skipped" in tags:
-            continue
-        total += 1
-        bad = next((c for c in case if c.tag in ("failure", "error")), None)
-        if bad is None:
-            passed += 1
-        else:
-            msg = (bad.get("message") or bad.text or bad.tag).strip()
-            failures.append(CaseFailure(name=case.get("name", "?"), message=msg))
-    return passed, total, failures
-
-
-def cocotb_failures(root: Path, limit: int = 20) -> list[CaseFailure]:
-    """Failed cocotb tests from the result XML files cocotb wrote under rundir (pytest's view of a cocotb
-    failure is only `SystemExit: 1`; cocotb's file has the assertion and traceback)."""
-    out: list[CaseFailure] = []
-    rundir = root / "rundir"
-    for path in sorted(rundir.rglob("*.xml"))[:200]:
-        if JUNIT_DIR in path.relative_to(rundir).parts:
-            continue
-        parsed = read_junit(path)
-        if parsed:
-            out += [f for f in parsed[2] if f not in out]
-        if len(out) >= limit:
-            break
-    return out[:limit]
+        return self.returncode == 0 and not self.timed_out and not self.error and self.record_passed
 
 
 def outcome_from_run(
-    service: Service, root: Path, returncode: int, *, timed_out: bool, output: str, duration: float
+    service: Service,
+    returncode: int,
+    *,
+    timed_out: bool,
+    output: str,
+    duration: float,
+    received: Received | None,
+    harness: Mapping[str, str],
 ) -> ServiceOutcome:
-    """Combine one service's exit status with its JUnit file. The exit status is the verdict; JUnit gives the
-    partial credit and never turns a failed service into a pass."""
-    parsed = read_junit(junit_path(root, service))
-    ok = returncode == 0 and not timed_out
-    if parsed is None or parsed[1] == 0:
-        passed, total, failures = (1 if ok else 0), 1, []
-        junit = False
-    else:
-        passed, total, failures = parsed
-        junit = True
-        if not ok and passed >= total:
-            passed = total - 1  # a crash after the cases (or a spoofed file) must not read as full credit
-    cocotb = tuple(cocotb_failures(root)) if not ok else ()
+    """One service's outcome from its signed record. The exit status must be 0 too; credit is the record's
+    tests passed / tests collected, and a failed service never gets full credit."""
+    base = {
+        "name": service.name,
+        "returncode": returncode,
+        "output_tail": output[-4000:],
+        "duration": duration,
+    }
+    if timed_out:
+        return ServiceOutcome(timed_out=True, tests_total=1, **base)
+    if received is None or not received.authentic:
+        why = received.problem if received is not None else "no verdict channel"
+        return ServiceOutcome(
+            tests_total=1,
+            error=f"no authentic test record from the service's pytest ({why}; exit code {returncode})",
+            **base,
+        )
+    rec = received.payload or {}
+    items, sims, collected = rec.get("items"), rec.get("sims"), rec.get("collected")
+    if rec.get("kind") != "pytest" or not isinstance(items, list) or not isinstance(sims, list):
+        return ServiceOutcome(tests_total=1, error="the service's record is not a pytest session", **base)
+    if rec.get("sims_total") != len(sims):
+        return ServiceOutcome(tests_total=1, error="the service's record lists too many simulations", **base)
+    if collected is not None and (not isinstance(collected, int) or collected < len(items)):
+        return ServiceOutcome(tests_total=1, error="the service's record is inconsistent", **base)
+
+    modules = sorted(
+        {
+            m.strip()
+            for s in sims
+            if isinstance(s, dict) and isinstance(s.get("record"), dict)
+            for m in str(s["record"].get("modules") or "").split(",")
+            if m.strip()
+        }
+    )
+    defined = modules_of(harness, modules, roots=(f"{HARNESS_DIR}/", ""))
+    bad_items: set[str] = set()
+    cocotb: list[CaseFailure] = []
+    sims_ok = True
+    for s in sims:
+        item = s.get("item") if isinstance(s, dict) else None
+        if not isinstance(s, dict) or not s.get("started"):
+            bad_items.add(str(item))  # a test whose simulator never started cannot pass
+            sims_ok = False
+            continue
+        if not isinstance(s.get("record"), dict):
+            return ServiceOutcome(
+                tests_total=1,
+                error=f"a simulation ended without an authentic test record ({s.get('problem') or 'none'}): the "
+                "simulator crashed or the design destroyed its record",
+                **base,
+            )
+        run = check_cocotb(s["record"], defined)
+        if run.problem:
+            return ServiceOutcome(
+                tests_total=1, error=f"a simulation's test record is incomplete: {run.problem}", **base
+            )
+        if not run.ok:
+            bad_items.add(str(item))
+            sims_ok = False
+            cocotb += [CaseFailure(c.name, c.message) for c in run.cases if c.outcome == "failed"]
+    passed = total = 0
+    failures: list[CaseFailure] = []
+    for it in items:
+        if not isinstance(it, dict):
+            continue
+        outcome, nodeid = it.get("outcome"), str(it.get("nodeid") or "?")
+        if outcome == "skipped":
+            continue
+        total += 1
+        if outcome == "passed" and nodeid not in bad_items:
+            passed += 1
+        elif outcome == "passed":
+            failures.append(
+                CaseFailure(_case_name(nodeid), "its simulation failed (the signed cocotb record)")
+            )
+        else:
+            failures.append(CaseFailure(_case_name(nodeid), str(it.get("message") or outcome)))
+    missing = (
+        _missing_tool(failures) if not any(isinstance(s, dict) and s.get("started") for s in sims) else None
+    )
+    if missing:
+        # No simulation started and the harness says why in cocotb's own words: the environment lacks a tool (a
+        # simulator, cocotb itself). That is an error, never the design's failure: no design code ran yet.
+        return ServiceOutcome(
+            tests_total=1,
+            error=f"the harness could not start: {missing} (not installed where it runs)",
+            **base,
+        )
+    if collected is not None:
+        total = max(
+            total,
+            collected - sum(1 for it in items if isinstance(it, dict) and it.get("outcome") == "skipped"),
+        )
+    record_passed = bool(
+        rec.get("exitstatus") == 0 and total >= 1 and passed == total and sims_ok and not rec.get("errors")
+    )
+    ok = returncode == 0 and record_passed
+    if total == 0:
+        total = 1
+    if not ok and passed >= total:
+        passed = total - 1  # a crash after the cases must not read as full credit
     return ServiceOutcome(
-        name=service.name,
-        cocotb_failures=cocotb,
-        returncode=returncode,
-        timed_out=timed_out,
         tests_passed=passed,
         tests_total=total,
         failures=tuple(failures),
-        junit=junit,
-        output_tail=output[-4000:],
-        duration=duration,
+        record_passed=record_passed,
+        cocotb_failures=tuple(dict.fromkeys(cocotb))[:20],
+        **base,
     )
+
+
+# What cocotb or Python say, first line of a test's failure, when a tool is missing: matched from the start only,
+# so a design's text quoted later in a message (a compile error) cannot make its own failure look like one.
+_MISSING_TOOL = (
+    re.compile(r"^(?:SystemExit: )?ERROR: (\S+) executable not found!"),
+    re.compile(r"^(?:E\s+)?ModuleNotFoundError: No module named '((?:cocotb|cocotb_tools|pytest)\b[\w.]*)'"),
+)
+
+
+def _missing_tool(failures: Sequence[CaseFailure]) -> str | None:
+    """`iverilog executable not found` / `No module named 'cocotb'` when every failed case says so."""
+    found = []
+    for f in failures:
+        first = (f.message or "").strip().splitlines()[0] if (f.message or "").strip() else ""
+        hit = next((m for m in (p.match(first) for p in _MISSING_TOOL) if m), None)
+        if hit is None:
+            return None
+        found.append(hit.group(1))
+    return ", ".join(dict.fromkeys(found)) if found else None
+
+
+def _case_name(nodeid: str) -> str:
+    return nodeid.rsplit("::", 1)[-1]
 
 
 RESULT_VERSION = "cvdp-1"
@@ -409,7 +570,7 @@ def verdict(
             lines.append(f"service {o.name} timed out")
         for f in o.failures[:10]:
             diags.append(Diagnostic(f"{f.name}: {_first_lines(f.message, 3)}", code="test-failed"))
-        if not o.failures and not o.timed_out:
+        if not o.failures and not o.cocotb_failures and not o.timed_out:
             diags.append(
                 Diagnostic(
                     f"service {o.name} exited with {o.returncode}: {_tail(o.output_tail, 6)}",

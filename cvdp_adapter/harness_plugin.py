@@ -1,34 +1,19 @@
-"""Plugin module: the `cvdp` harness runner for the tests stage, and the `rtlreward cvdp setup-envs` /
-`rtlreward cvdp conformance` commands.
+"""Plugin module: the `cvdp` harness runner for the tests stage, the `cvdp-strict` profile, and the
+`rtlreward cvdp setup-envs` / `rtlreward cvdp conformance` commands.
 
-The runner follows the stage's executor: `docker` runs each compose service in the sim image the way the
-benchmark does; anything else runs the services' commands through the executor on this machine.
+The runner itself is `cvdp_adapter.runner.CvdpHarnessRunner` (it follows the executor's capabilities); the
+commands live with the other `cvdp` commands in `cvdp_adapter.cli`.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from rtlreward import hookimpl
-
-
-class CvdpHarnessRunner:
-    """Dispatches on `ctx.executor.name`: the Docker runner for `docker`, the local runner otherwise."""
-
-    kind = "cvdp"
-
-    def run(self, ctx: Any) -> Any:
-        if getattr(ctx.executor, "name", "") == "docker":
-            from cvdp_adapter.runner_docker import DockerCvdpRunner
-
-            return DockerCvdpRunner().run(ctx)
-        from cvdp_adapter.runner_local import LocalCvdpRunner
-
-        return LocalCvdpRunner().run(ctx)
 
 
 @hookimpl
 def rtlreward_register_harnesses(register):
+    from cvdp_adapter.runner import CvdpHarnessRunner
+
     register("cvdp", CvdpHarnessRunner())
 
 
@@ -50,6 +35,6 @@ def rtlreward_register_profiles(register):
 
 @hookimpl
 def rtlreward_register_commands(app):
-    from cvdp_adapter.conformance import register_commands
+    from cvdp_adapter.cli import register_harness_commands
 
-    register_commands(app)
+    register_harness_commands(app)

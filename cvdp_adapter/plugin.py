@@ -1,5 +1,5 @@
-"""Plugin module: the `cvdp` dataset and the `rtlreward cvdp list|show|prompts|eval` commands (plus the generic
-`rtlreward eval` when the core CLI does not define it)."""
+"""Plugin module: the `cvdp` dataset and the `rtlreward cvdp list|show|prompts|eval` commands (in
+`cvdp_adapter.cli`; `cvdp eval` is the core's `rtlreward eval` with CVDP's filters as options)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,8 @@ The benchmark applies hunks by their new-file line numbers without checking cont
 (`src/merge_in_memory.py: diff_apply`). Applying a wrong hunk silently would hand us a wrong reference solution, so
 `apply_hunks` checks the old lines, tolerates a shifted hunk (like `patch`'s offset search) and raises
 `PatchError` naming the hunk otherwise.
+
+The bottom of the adapter: this module imports no other part of it (prompts and tasks build on records).
 """
 
 from __future__ import annotations
@@ -579,10 +581,3 @@ def apply_hunks(original: str, patch: str, *, path: str = "", max_offset: int = 
     if out and final_newline:
         text += "\n"
     return text
-
-
-def record_to_task(rec: Record | Mapping[str, Any], **options: Any) -> Any:
-    """A record (or its raw JSON object) as an rtlreward Task; see `cvdp_adapter.tasks.record_to_task`."""
-    from cvdp_adapter.tasks import record_to_task as _to_task
-
-    return _to_task(rec, **options)

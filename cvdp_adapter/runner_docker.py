@@ -8,14 +8,16 @@ it) is replaced by our sim image (`rtlreward sandbox build-image`), which carrie
 (cocotb-bus) and a cocotb 1.9 env at /opt/cocotb19 for harnesses importing `cocotb.runner`.
 
 The executor's `run_service(image, command, mounts, workdir, env, limits)` is used when it has one; otherwise
-the Docker SDK is called here with the same policy.
+(and for the image probe) a process-wide `DockerExecutor` of this process runs the container, so every CVDP
+container gets the executor's policy and lifecycle: an unprivileged user, read-only root, owner and deadline
+labels, an in-container `timeout -s KILL`, killed at its limit and always removed. The first run in a process
+reaps the containers of dead rtlreward processes (`rtlreward.sandbox.reaper`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +28,24 @@ from cvdp_adapter.harness import (
     ServiceOutcome,
     code_mounts,
     error_result,
+    freeze_harness,
+    harness_hashes,
+    open_probe,
     outcome_from_run,
     service_env,
+    thaw_harness,
     verdict,
     write_seed_dir,
 )
 from cvdp_adapter.runner_local import prepare, service_timeout
 from rtlreward.model import StageResult
 from rtlreward.sandbox import Limits
+from rtlreward_hdl.probes import probe_dirs
 
 SEED_MOUNT = "/opt/rtlreward-seed"
+# The verdict probe's folders (rtlreward.verdict), read-only in every service container: the core probe, the HDL
+# hooks. Standard library only, so the image's own Python runs them.
+PROBE_MOUNTS = ("/opt/rtlreward-probe/core", "/opt/rtlreward-probe/hdl")
 # Where a sim image may keep cocotb 1.9.2 (+ pytest): the sandbox plugin's `-cocotb19` images, then the layout
 # of hand-built images. The first present in the image is used.
 COCOTB19_BINS = ("/opt/venv-cocotb19/bin", "/opt/cocotb19/bin")
@@ -71,6 +81,9 @@ class DockerCvdpRunner:
     name = "cvdp-docker"
 
     def run(self, ctx: Any) -> StageResult:
+        from rtlreward.sandbox.reaper import reap_containers_once
+
+        reap_containers_once()  # a dead run's containers go before ours start (no-op after the first time)
         try:
             spec, root = prepare(ctx)
         except (HarnessError, ValueError) as exc:
@@ -89,10 +102,15 @@ class DockerCvdpRunner:
                 f"this CVDP harness imports cocotb.runner (cocotb 1.9) and image {image!r} has no cocotb 1.9 env; "
                 "build the cocotb19 variant of the sim image or use the local executor."
             )
-        outcomes = [
-            self._run_service(ctx, spec, root, svc, image, base_path, venv19, seed_dir)
-            for svc in spec.services
-        ]
+        freeze_harness(root)
+        hashes = harness_hashes(root)
+        try:
+            outcomes = [
+                self._run_service(ctx, spec, root, svc, image, base_path, venv19, seed_dir, hashes)
+                for svc in spec.services
+            ]
+        finally:
+            thaw_harness(root)
         return verdict(
             outcomes,
             spec,
@@ -113,29 +131,47 @@ class DockerCvdpRunner:
         base_path: str,
         venv19: str | None,
         seed_dir: Path,
+        hashes: dict[str, str],
     ) -> ServiceOutcome:
-        env = service_env(root, svc, seed=ctx.seed, seed_dir=SEED_MOUNT)
+        channel, probe = open_probe(root, trusted_dirs=[*PROBE_MOUNTS, SEED_MOUNT], trusted_files=hashes)
+        env = service_env(
+            root, svc, seed=ctx.seed, seed_dir=SEED_MOUNT, probe_dirs=list(PROBE_MOUNTS), probe=probe
+        )
         env["PATH"] = f"{venv19}:{base_path}" if spec.cocotb_api == "cocotb19" and venv19 else base_path
         mounts = [(str(h), t, ro) for h, t, ro in code_mounts(root, svc)]
         mounts.append((str(seed_dir), SEED_MOUNT, True))
+        mounts += [(str(d), t, True) for d, t in zip(probe_dirs(), PROBE_MOUNTS, strict=True)]
         base = ctx.limits(timeout=service_timeout(ctx))
         limits = Limits(timeout=base.timeout, memory_mb=base.memory_mb, network=False)
         argv = list(svc.command)
         run_service = getattr(ctx.executor, "run_service", None)
-        if run_service is not None:
-            res = run_service(
-                image,
-                argv,
-                mounts={h: f"{t}:ro" if ro else t for h, t, ro in mounts},
-                workdir=svc.working_dir,
-                env=env,
-                limits=limits,
-            )
-            return outcome_from_run(
-                svc, root, res.returncode, timed_out=res.timed_out, output=res.output, duration=res.duration
-            )
-        rc, timed_out, output, duration = run_container(image, argv, mounts, svc.working_dir, env, limits)
-        return outcome_from_run(svc, root, rc, timed_out=timed_out, output=output, duration=duration)
+        try:
+            if run_service is not None:
+                res = run_service(
+                    image,
+                    argv,
+                    mounts={h: f"{t}:ro" if ro else t for h, t, ro in mounts},
+                    workdir=svc.working_dir,
+                    env=env,
+                    limits=limits,
+                )
+                rc, timed_out, output, duration = res.returncode, res.timed_out, res.output, res.duration
+            else:
+                rc, timed_out, output, duration = run_container(
+                    image, argv, mounts, svc.working_dir, env, limits
+                )
+            received = channel.receive()
+        finally:
+            channel.close()
+        return outcome_from_run(
+            svc,
+            rc,
+            timed_out=timed_out,
+            output=output,
+            duration=duration,
+            received=received,
+            harness=ctx.task.harness.files,
+        )
 
 
 def image_available(candidates: tuple[str, ...] = (), *, fallback: bool = True) -> str | None:
@@ -155,6 +191,20 @@ def image_available(candidates: tuple[str, ...] = (), *, fallback: bool = True) 
 
 
 _LAYOUT: dict[str, tuple[str, str | None]] = {}
+_EXECUTOR: Any = None
+_EXECUTOR_LOCK = threading.Lock()
+
+
+def _executor(image: str) -> Any:
+    """This process's own DockerExecutor (its construction reaps dead runs' containers), for the image probe and
+    for executors without `run_service`."""
+    global _EXECUTOR
+    with _EXECUTOR_LOCK:
+        if _EXECUTOR is None:
+            from rtlreward.sandbox.docker import DockerExecutor
+
+            _EXECUTOR = DockerExecutor(image=image)
+        return _EXECUTOR
 
 
 def _image_layout(image: str) -> tuple[str, str | None]:
@@ -170,8 +220,12 @@ def _image_layout(image: str) -> tuple[str, str | None]:
         if item.startswith("PATH="):
             path = item[5:]
     probe = " || ".join(f"(test -x {b}/python && echo {b})" for b in COCOTB19_BINS) + " || true"
-    out = client.containers.run(image, ["sh", "-c", probe], remove=True, network_mode="none")
-    venv19 = out.decode().strip() or None
+    res = _executor(image).run_service(
+        image, ["sh", "-c", probe], mounts={}, workdir="/", env={"PATH": path}, limits=Limits(timeout=60)
+    )
+    if res.returncode != 0:
+        raise RuntimeError(f"probing the image failed (exit {res.returncode}): {res.output[-500:]}")
+    venv19 = res.stdout.strip() or None
     _LAYOUT[img.id] = (path, venv19)
     return _LAYOUT[img.id]
 
@@ -184,43 +238,13 @@ def run_container(
     env: dict[str, str],
     limits: Limits,
 ) -> tuple[int, bool, str, float]:
-    """One `docker run --rm` with the benchmark's mounts and our limits: (exit code, timed out, output, s)."""
-    import docker
-    import requests
-
-    client = docker.from_env()
-    start = time.monotonic()
-    container = client.containers.run(
+    """One service container with the benchmark's mounts and our policy: (exit code, timed out, output, s)."""
+    res = _executor(image).run_service(
         image,
-        command=argv,
-        detach=True,
-        working_dir=workdir,
-        environment=env,
-        volumes={h: {"bind": t, "mode": "ro" if ro else "rw"} for h, t, ro in mounts},
-        network_mode="none" if not limits.network else "bridge",
-        mem_limit=f"{limits.memory_mb}m" if limits.memory_mb else None,
-        memswap_limit=f"{limits.memory_mb}m" if limits.memory_mb else None,
-        pids_limit=limits.pids or None,
-        nano_cpus=1_000_000_000,
-        user=f"{os.getuid()}:{os.getgid()}",
-        cap_drop=["ALL"],
-        security_opt=["no-new-privileges"],
-        ulimits=[
-            docker.types.Ulimit(
-                name="fsize", soft=(limits.file_size_mb or 256) << 20, hard=(limits.file_size_mb or 256) << 20
-            )
-        ],
+        argv,
+        mounts={h: f"{t}:ro" if ro else t for h, t, ro in mounts},
+        workdir=workdir,
+        env=env,
+        limits=limits,
     )
-    timed_out = False
-    try:
-        try:
-            rc = int(container.wait(timeout=limits.timeout).get("StatusCode", 1))
-        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
-            timed_out = True
-            container.kill()
-            rc = -9
-        output = container.logs(stdout=True, stderr=True, tail=2000).decode(errors="replace")
-    finally:
-        with contextlib.suppress(Exception):
-            container.remove(force=True)
-    return rc, timed_out, output, time.monotonic() - start
+    return res.returncode, res.timed_out, res.output, res.duration

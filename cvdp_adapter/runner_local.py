@@ -1,7 +1,9 @@
 """Run a CVDP harness on this machine, each compose service's command through the stage's executor.
 
 With bubblewrap the problem folder's `rtl verif docs src rundir` are bind-mounted at `/code/<dir>` and `src` at
-`/src` (read-only), so the harness sees exactly the paths it was written for. Without bubblewrap the same paths
+`/src` (read-only), so the harness sees exactly the paths it was written for. Each service's pytest runs the
+verdict probe (`cvdp_adapter.harness.open_probe`): its folders are bound read-only, the harness's folder is made
+read-only for the run, and the verdict comes from the signed record, never from a file the design can write. Without bubblewrap the same paths
 are rewritten in the .env, the harness files and the command (a fidelity fallback; isolation is then only the
 executor's rlimits). Harnesses importing `cocotb.runner` (cocotb 1.9) and those whose Dockerfile installs
 cocotb-bus run on a managed venv (`cvdp_adapter.cocotb_envs`), whose interpreter is passed explicitly.
@@ -25,15 +27,20 @@ from cvdp_adapter.harness import (
     analyse,
     code_mounts,
     error_result,
+    freeze_harness,
+    harness_hashes,
     materialise,
+    open_probe,
     outcome_from_run,
     rewrite_paths,
     service_env,
+    thaw_harness,
     verdict,
     write_seed_dir,
 )
 from rtlreward.model import StageResult
 from rtlreward.sandbox import Limits
+from rtlreward_hdl.probes import probe_dirs
 
 
 def service_timeout(ctx: Any) -> float:
@@ -74,9 +81,18 @@ class LocalCvdpRunner:
         seed_dir = write_seed_dir(ctx.workspace / ".cvdp-seed")
         # A managed env lives in the user's cache, which the sandbox may hide: bind it back read-only.
         read_only = [cocotb_envs.envs_dir() / env_name] if env_name else []
-        outcomes = [
-            self._run_service(ctx, spec, root, svc, python, seed_dir, read_only) for svc in spec.services
-        ]
+        read_only += list(probe_dirs())
+        if not _binds_ok(ctx):
+            _rewrite_tree(root)
+        freeze_harness(root)
+        hashes = harness_hashes(root)
+        try:
+            outcomes = [
+                self._run_service(ctx, root, svc, python, seed_dir, read_only, hashes)
+                for svc in spec.services
+            ]
+        finally:
+            thaw_harness(root)
         return verdict(
             outcomes,
             spec,
@@ -90,14 +106,21 @@ class LocalCvdpRunner:
     def _run_service(
         self,
         ctx: Any,
-        spec: HarnessSpec,
         root: Path,
         svc: Service,
         python: str,
         seed_dir: Path,
         read_only: list[Path],
+        hashes: dict[str, str],
     ) -> ServiceOutcome:
-        env = service_env(root, svc, seed=ctx.seed, seed_dir=str(seed_dir))
+        probes = [str(d) for d in probe_dirs()]
+        channel, probe = open_probe(
+            root,
+            trusted_dirs=[*probes, str(seed_dir)],
+            trusted_files=hashes,
+            untrusted=[str(Path(ctx.workspace).resolve())],
+        )
+        env = service_env(root, svc, seed=ctx.seed, seed_dir=str(seed_dir), probe_dirs=probes, probe=probe)
         argv = list(svc.command)
         if argv and argv[0] in ("pytest", "py.test"):
             argv = [python, "-m", "pytest", *argv[1:]]
@@ -106,32 +129,41 @@ class LocalCvdpRunner:
         bin_dir = str(Path(python).parent)  # `sh -c "pytest ..."` finds the chosen env's pytest first
         limits = ctx.limits(timeout=service_timeout(ctx))
         limits = Limits(timeout=limits.timeout, memory_mb=limits.memory_mb, network=False)
-        if _binds_ok(ctx):
-            binds = {
-                str(host): f"{target}:ro" if ro else target for host, target, ro in code_mounts(root, svc)
-            }
-            binds[str(seed_dir)] = f"{seed_dir}:ro"
-            res = ctx.executor.run(
-                argv,
-                workspace=ctx.workspace,
-                cwd=svc.working_dir,
-                env=env,
-                limits=limits,
-                path_prepend=[bin_dir],
-                read_only=read_only,
-                binds=binds,
-            )
-        else:
-            _rewrite_tree(root)
-            env = {k: rewrite_paths(v, root) for k, v in env.items()}
-            argv = [rewrite_paths(a, root) for a in argv]
-            cwd = Path(rewrite_paths(svc.working_dir, root))
-            cwd.mkdir(parents=True, exist_ok=True)
-            res = ctx.executor.run(
-                argv, workspace=ctx.workspace, cwd=cwd, env=env, limits=limits, path_prepend=[bin_dir]
-            )
+        try:
+            if _binds_ok(ctx):
+                binds = {
+                    str(host): f"{target}:ro" if ro else target for host, target, ro in code_mounts(root, svc)
+                }
+                binds[str(seed_dir)] = f"{seed_dir}:ro"
+                res = ctx.executor.run(
+                    argv,
+                    workspace=ctx.workspace,
+                    cwd=svc.working_dir,
+                    env=env,
+                    limits=limits,
+                    path_prepend=[bin_dir],
+                    read_only=read_only,
+                    binds=binds,
+                )
+            else:
+                env = {k: rewrite_paths(v, root) for k, v in env.items()}
+                argv = [rewrite_paths(a, root) for a in argv]
+                cwd = Path(rewrite_paths(svc.working_dir, root))
+                cwd.mkdir(parents=True, exist_ok=True)
+                res = ctx.executor.run(
+                    argv, workspace=ctx.workspace, cwd=cwd, env=env, limits=limits, path_prepend=[bin_dir]
+                )
+            received = channel.receive()
+        finally:
+            channel.close()
         return outcome_from_run(
-            svc, root, res.returncode, timed_out=res.timed_out, output=res.output, duration=res.duration
+            svc,
+            res.returncode,
+            timed_out=res.timed_out,
+            output=res.output,
+            duration=res.duration,
+            received=received,
+            harness=ctx.task.harness.files,
         )
 
 

@@ -8,7 +8,7 @@ What the engine needs from a record, and where it comes from:
 - `harness`: `Harness(kind="cvdp", files=<harness files verbatim>, options={"category", "agentic"})`, run by the
   cvdp harness runner exactly as the benchmark would;
 - `reference`: the record's own answer when the release has one;
-- `interface`: from the interface plugin when it is installed (it reads the reference, the spec, the harness).
+- `interface`: the shared HDL library's guess (`rtlreward_hdl.interface`: the reference, the spec, the harness).
 """
 
 from __future__ import annotations
@@ -60,11 +60,9 @@ def task_metadata(rec: R.Record) -> dict[str, Any]:
 
 
 def _interface(task: Task) -> Any:
-    """The interface plugin's guess, or None when it is not installed (or cannot tell)."""
-    try:
-        from rtlreward_interface import expected_interface
-    except ImportError:
-        return None
+    """The shared HDL library's guess of the expected interface, or None when it cannot tell."""
+    from rtlreward_hdl.interface import expected_interface
+
     try:
         return expected_interface(task)
     except Exception:  # an interface guess must never stop a dataset from loading
@@ -174,6 +172,15 @@ class CvdpDataset:
             kept = kept[: int(filters["limit"])]
         style = filters.get("style") or "auto"
         return [record_to_task(r, style=style, interface=filters.get("interface", True)) for r in kept]
+
+    def messages(self, task: Task, style: str = "auto") -> list[dict[str, str]]:
+        """The chat for one of this dataset's tasks in a prompt style (`auto`, `copilot`, `agentic`), rebuilt
+        from the task's own fields (context included). Trainers ask the dataset for it (an agentic episode
+        over a copilot record, a prompt cut to fit) instead of rebuilding CVDP's prompts themselves. `auto` is
+        the style the task was loaded with."""
+        if style == "auto":
+            style = task.metadata.get("prompt_style") or "auto"
+        return build_messages(task, style)
 
 
 def load(source: str | None = None, **filters: Any) -> list[Task]:

@@ -3,8 +3,7 @@
 from rtlreward.model import Candidate, Diagnostic, Harness, Interface, Port, Reward, StageResult, Status, Task
 from rtlreward.plugins import hookimpl
 from rtlreward.stage import Stage, StageContext
-
-__version__ = "0.1.0"
+from rtlreward.version import __version__
 
 __all__ = [
     "Candidate",

@@ -1,9 +1,11 @@
 """A content-addressed store of stage results (sqlite), so a candidate seen before costs a lookup, not a simulation.
 
-The key of one stage's result is a hash of everything that can change it: the task's fingerprint, the candidate's
-files (the raw reply for the format stage, which is the one that extracts them), the stage's name and version, the
-versions of the tools it runs, its options from the profile, and what the executor says about itself. Change any
-of these and the old entry is simply never asked for again.
+The key of one stage's result is a hash of everything that can change it: the task's namespace (`Task.origin`:
+a task sent in a request never shares an entry with a dataset task), the fingerprint of the WHOLE task (every
+field: a stage may read any of them, the reference and the prompt included), the stage's inputs (the answer's
+files for a stage that needs them, the raw candidate for the stage that provides them, plus any other product it
+needs), the stage's name and version, the versions of the tools it runs, its options from the profile, its limits,
+and what the executor says about itself. Change any of these and the old entry is simply never asked for again.
 
 Only verdicts about the candidate are stored: an `error` (the stage or its tool broke) is recomputed next time, so
 an infrastructure hiccup never sticks to an answer. A `timeout` is not stored either by default: on a loaded
@@ -25,7 +27,7 @@ from typing import Any
 
 from rtlreward.model import StageResult, Status, hash_json
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: whole-task fingerprint, task namespace, inputs by product
 CACHEABLE = frozenset({Status.PASSED, Status.FAILED})
 
 
@@ -47,11 +49,14 @@ def stage_key(
     options: Any,
     executor: Any,
     limits: Any = None,
+    namespace: str = "",
 ) -> str:
-    """The cache key of one stage run: a sha256 over everything that can change its result."""
+    """The cache key of one stage run: a sha256 over everything that can change its result. `task_fingerprint`
+    is `Task.fingerprint()` (the whole task); `namespace` is `Task.origin`."""
     return hash_json(
         {
             "schema": SCHEMA_VERSION,
+            "namespace": namespace,
             "task": task_fingerprint,
             "inputs": inputs,
             "stage": stage,
@@ -65,7 +70,7 @@ def stage_key(
 
 
 def _jsonable_artifacts(artifacts: dict[str, Any]) -> dict[str, Any]:
-    """Keep the artifacts that survive JSON (the format stage's files); drop the rest rather than fail."""
+    """Keep the artifacts that survive JSON (a files provider's files); drop the rest rather than fail."""
     out = {}
     for k, v in artifacts.items():
         try:

@@ -7,8 +7,15 @@ What it guarantees, whatever the stages do:
   ends as `error` with the exception as its diagnostic and the other results stand; a stage that never returns
   ends as `timeout` when its deadline passes (the engine stops waiting for it);
 - isolation: every candidate gets a private workspace, removed afterwards (`RTLREWARD_KEEP_WORKSPACE=1` keeps it);
+- answers write only where answers go: the answer's files (from the stage that provides them, or the candidate's
+  own `files`) pass `rtlreward.answers.restrict_answer` before any other stage sees them;
 - determinism: the seed a stage sees is derived from the task and the candidate's files;
-- economy: results are cached by content (`rtlreward.cache`), and identical candidates in a batch run once.
+- economy: results are cached by content (`rtlreward.cache`, keyed by the whole task), and identical (task,
+  candidate) pairs in a batch or in flight run once.
+
+The engine names no stage. Stages declare what they `provides` and `needs` (`rtlreward.stage`); the profile
+says which stages run, how they fold into the reward, which one is the verdict and where the flat metrics come
+from.
 """
 
 from __future__ import annotations
@@ -18,7 +25,6 @@ import hashlib
 import logging
 import os
 import queue
-import re
 import shutil
 import tempfile
 import threading
@@ -31,10 +37,13 @@ from typing import Any
 
 import attrs
 
+from rtlreward.answers import Answer, restrict_answer
 from rtlreward.cache import ResultCache, stage_key
-from rtlreward.model import Candidate, Diagnostic, Reward, StageResult, Status, Task, hash_json
+from rtlreward.health import STAGE_LIMITS
+from rtlreward.model import Candidate, Diagnostic, Reward, StageResult, Status, Task, as_candidate, hash_json
 from rtlreward.profiles import DEFAULT_PROFILE, Profile, load_profile
-from rtlreward.stage import StageContext
+from rtlreward.sandbox.reaper import make_workspace, reap_stale_workspaces
+from rtlreward.stage import FILES, StageContext
 
 log = logging.getLogger("rtlreward.engine")
 
@@ -43,6 +52,7 @@ GUARD_FACTOR = (
     3.0  # a stage may run several commands of `timeout` each; beyond this the engine gives up on it
 )
 GUARD_GRACE = 30.0
+ENGINE_DEADLINE = "engine-deadline"  # diagnostic code of a stage the engine abandoned at its deadline
 
 
 class EngineError(RuntimeError):
@@ -56,13 +66,26 @@ def derive_seed(task_fingerprint: str, files: Mapping[str, str] | None, raw: str
     return int.from_bytes(digest.digest()[:4], "big") & 0x7FFFFFFF
 
 
-def _files_of(result: StageResult | None, candidate: Candidate) -> dict[str, str]:
-    if result is not None:
-        files = result.artifacts.get("files")
-        if isinstance(files, Mapping):
-            return {str(k): str(v) for k, v in files.items()}
-        return {}
-    return dict(candidate.files or {})
+def _files_of(result: StageResult) -> dict[str, Any]:
+    """The files a provider published (anything else, e.g. a skipped or broken provider, is no files)."""
+    files = result.artifacts.get(FILES)
+    return dict(files) if isinstance(files, Mapping) else {}
+
+
+def _with_answer(result: StageResult, answer: Answer) -> StageResult:
+    """The files provider's result as the candidate sees it: the files that were kept, and a diagnostic (and a
+    line of feedback) for each one that was dropped. The stage's status is unchanged: the dropped files have no
+    effect, so the rest of the answer is judged on its own."""
+    artifacts = {**result.artifacts, FILES: dict(answer.files)}
+    if not answer.dropped:
+        return attrs.evolve(result, artifacts=artifacts)
+    note = "; ".join(d.message for d in answer.dropped)
+    return attrs.evolve(
+        result,
+        diagnostics=(*result.diagnostics, *answer.dropped),
+        feedback=f"{result.feedback}; {note}" if result.feedback else note,
+        artifacts=artifacts,
+    )
 
 
 def _verb(status: Status) -> str:
@@ -71,16 +94,20 @@ def _verb(status: Status) -> str:
     )
 
 
-def _as_candidate(candidate: Candidate | str | Mapping[str, str]) -> Candidate:
-    if isinstance(candidate, Candidate):
-        return candidate
-    if isinstance(candidate, str):
-        return Candidate(text=candidate)
-    if isinstance(candidate, Mapping):
-        return Candidate(files=dict(candidate))
-    raise TypeError(
-        f"a candidate is a Candidate, a reply string or a {{path: text}} mapping, not {type(candidate)}"
-    )
+_reaped_roots: set[str] = set()  # workspace roots already swept by this process
+_reaped_lock = threading.Lock()
+
+
+def _calibrated_limit(task: Task | None, stage: str) -> float | None:
+    """The task's calibrated per-command limit for `stage` (rtlreward.health), if it has a usable one."""
+    limits = task.metadata.get(STAGE_LIMITS) if task is not None else None
+    if not isinstance(limits, Mapping):
+        return None
+    try:
+        value = float(limits[stage])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return value if value > 0 else None
 
 
 class Engine:
@@ -128,6 +155,10 @@ class Engine:
             self._executor_desc = dict(self.executor.describe())
         except Exception:
             self._executor_desc = {"executor": getattr(self.executor, "name", type(self.executor).__name__)}
+        # Whole candidates scored elsewhere (rtlreward.distributed): an executor such as `ray` hands back a scorer
+        # bound to this engine's profile and settings, and `score` / `score_batch` delegate to it.
+        bind = getattr(self.executor, "bind_engine", None)
+        self.remote: Any = bind(self) if callable(bind) else None
 
     # -- setup ----------------------------------------------------------------------------------------------------
     def _make_executor(self, executor: str | Any, options: Mapping[str, Any]) -> Any:
@@ -142,7 +173,7 @@ class Engine:
             )
         return factories[executor](**options)
 
-    def _resolve_combiner(self, name: str) -> Callable[..., tuple[float, bool, float]]:
+    def _resolve_combiner(self, name: str) -> Callable[..., tuple[float, ...]]:
         combiners = self.registry.combiners()
         if name in combiners:
             return combiners[name]
@@ -166,21 +197,67 @@ class Engine:
             override = self.profile.settings(s).requires
             declared[s] = tuple(override if override is not None else getattr(st, "requires", ()))
         self._requires = {s: tuple(r for r in declared[s] if r in enabled) for s in enabled}
+        self._resolve_products(enabled)
         # Stable topological order: the profile's order, each stage after everything it waits for.
         order: list[str] = []
         remaining = list(self.profile.stages)
         while remaining:
-            nxt = next((s for s in remaining if all(r in order for r in self._requires[s])), None)
+            nxt = next((s for s in remaining if all(r in order for r in self._waits[s])), None)
             if nxt is None:
-                raise EngineError(f"stage requirements form a cycle among: {', '.join(sorted(remaining))}")
+                raise EngineError(
+                    f"stage requirements (requires, or needs of a product another stage provides) form a cycle "
+                    f"among: {', '.join(sorted(remaining))}"
+                )
             order.append(nxt)
             remaining.remove(nxt)
         return {s: enabled[s] for s in order}
 
+    def _resolve_products(self, enabled: Mapping[str, Any]) -> None:
+        """Who provides what among the enabled stages, and what each stage waits for. A product with two
+        providers, or a needed product (other than the answer's files) with none, is a setup error: guessing
+        would silently score with the wrong inputs."""
+        self.providers: dict[str, str] = {}
+        for name, st in enabled.items():
+            for product in tuple(getattr(st, "provides", ()) or ()):
+                other = self.providers.setdefault(product, name)
+                if other != name:
+                    raise EngineError(
+                        f"stages {other!r} and {name!r} both provide {product!r}; enable only one of them in "
+                        f"profile {self.profile.name!r}"
+                    )
+        self._needs: dict[str, tuple[str, ...]] = {}
+        for name, st in enabled.items():
+            own = set(getattr(st, "provides", ()) or ())
+            needs = tuple(p for p in tuple(getattr(st, "needs", (FILES,))) if p not in own)
+            for product in needs:
+                if product != FILES and product not in self.providers:
+                    raise EngineError(
+                        f"stage {name!r} needs {product!r}, which no stage enabled in profile "
+                        f"{self.profile.name!r} provides; enable the stage that provides it"
+                    )
+            self._needs[name] = needs
+        # Without a provider the answer's files are the candidate's own `files`: available from the start.
+        self._waits = {
+            s: tuple(
+                dict.fromkeys(
+                    (*self._requires[s], *(self.providers[p] for p in self._needs[s] if p in self.providers))
+                )
+            )
+            for s in enabled
+        }
+
     def requirements(self, name: str) -> tuple[str, ...]:
-        """The enabled stages `name` waits for: the stage's `requires` (or the profile's `stage.<name>.requires`),
-        ignoring stages the profile does not enable."""
+        """The enabled stages that must have passed before `name` runs: the stage's `requires` (or the profile's
+        `stage.<name>.requires`), ignoring stages the profile does not enable."""
         return self._requires[name]
+
+    def needs(self, name: str) -> tuple[str, ...]:
+        """The products `name` needs (its `needs`, default the answer's files, less what it provides itself)."""
+        return self._needs[name]
+
+    def waits_for(self, name: str) -> tuple[str, ...]:
+        """Every enabled stage `name` waits for: its requirements and the providers of what it needs."""
+        return self._waits[name]
 
     def _tools(self, name: str, stage: Any) -> Any:
         with self._tv_lock:
@@ -195,7 +272,9 @@ class Engine:
     # -- one candidate --------------------------------------------------------------------------------------------
     def score(self, task: Task, candidate: Candidate | str | Mapping[str, str]) -> Reward:
         """Score one candidate; never raises for anything the candidate or a stage does."""
-        return self._score(task, _as_candidate(candidate), notify=True)
+        if self.remote is not None:
+            return self.remote.score(task, as_candidate(candidate))
+        return self._score(task, as_candidate(candidate), notify=True)
 
     async def ascore(self, task: Task, candidate: Candidate | str | Mapping[str, str]) -> Reward:
         """`score` without blocking the event loop (runs in the engine's own bounded thread pool)."""
@@ -211,11 +290,22 @@ class Engine:
             return self._async_pool
 
     def _workspace(self, task: Task) -> Path:
-        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", task.id)[:40] or "task"
+        """A private folder named after this process, so that after a `kill -9` the next engine on this host
+        (`reap_stale_workspaces`, once per process and root) removes what this one left."""
         root = self.workspace_root or os.environ.get("RTLREWARD_WORKSPACE_DIR") or None
-        if root:
-            Path(root).mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f"rtlreward-{slug}-", dir=root))
+        key = os.path.realpath(root or tempfile.gettempdir())
+        with _reaped_lock:
+            first = key not in _reaped_roots
+            _reaped_roots.add(key)
+        if first:
+            try:
+                gone = reap_stale_workspaces(root)
+            except Exception as exc:  # reaping is housekeeping: never the reason a reward fails
+                log.warning("could not remove stale workspaces under %s: %r", key, exc)
+            else:
+                if gone:
+                    log.info("removed %d workspace(s) left by dead rtlreward processes under %s", gone, key)
+        return make_workspace(task.id, root)
 
     def _score(self, task: Task, candidate: Candidate, *, notify: bool) -> Reward:
         """Score, sharing the work with any identical (task, candidate) already in flight in another thread (a
@@ -248,49 +338,81 @@ class Engine:
 
     def _score_uncached(self, task: Task, candidate: Candidate, task_fp: str) -> Reward:
         workspace = self._workspace(task)
+        results: dict[str, StageResult] | None = None
         try:
-            results, files = self._run_graph(task, candidate, task_fp, workspace)
+            results, answer = self._run_graph(task, candidate, task_fp, workspace)
         finally:
+            abandoned = results is None or any(
+                d.code == ENGINE_DEADLINE for r in results.values() for d in r.diagnostics
+            )
+            if abandoned:
+                # A stage the engine gave up on may still be running commands here: an executor that can
+                # (docker) kills them, so nothing outlives the reward.
+                cancel = getattr(self.executor, "cancel", None)
+                if callable(cancel):
+                    try:
+                        cancel(workspace)
+                    except Exception as exc:
+                        log.warning("could not cancel the commands of %s: %r", workspace, exc)
             if os.environ.get("RTLREWARD_KEEP_WORKSPACE", "") not in ("", "0"):
                 log.warning("kept workspace of %s sample %d at %s", task.id, candidate.sample, workspace)
             else:
                 shutil.rmtree(workspace, ignore_errors=True)
-        return self._combine(task, candidate, results, files)
+        return self._combine(task, candidate, results, answer)
 
-    def _settings(self, name: str, stage: Any) -> tuple[float, float, int | None, dict[str, Any]]:
+    def _settings(
+        self, name: str, stage: Any, task: Task | None = None
+    ) -> tuple[float, float, int | None, dict[str, Any]]:
+        """(per-command timeout, stage deadline, memory, options). A task may carry calibrated limits
+        (`metadata["stage_limits"]`, from a task health report): a shorter one replaces the profile's timeout, and
+        the deadline follows it, so a candidate that hangs is cut in seconds."""
         s = self.profile.settings(name)
         timeout = float(s.timeout or getattr(stage, "default_timeout", 60.0) or 60.0)
         deadline = float(s.deadline or timeout * GUARD_FACTOR + GUARD_GRACE)
+        calibrated = _calibrated_limit(task, name)
+        if calibrated is not None and calibrated < timeout:
+            timeout = calibrated
+            deadline = min(deadline, timeout * GUARD_FACTOR + GUARD_GRACE)
         memory = s.memory_mb if s.memory_mb is not None else self.memory_mb
         return timeout, deadline, memory, dict(s.options)
 
     def _run_graph(
         self, task: Task, candidate: Candidate, task_fp: str, workspace: Path
-    ) -> tuple[dict[str, StageResult], dict[str, str]]:
+    ) -> tuple[dict[str, StageResult], Answer]:
         results: dict[str, StageResult] = {}
         pending = list(self.stages)
         running: dict[str, tuple[float, float]] = {}  # name -> (started, deadline)
         done: queue.Queue[tuple[str, StageResult]] = queue.Queue()
-        files = _files_of(None, candidate)
-        files_known = "format" not in self.stages
+        seed_basis = task.stimulus_fingerprint()
+        products: dict[str, Any] = {}
+        answer = Answer()
+        if FILES not in self.providers:  # no stage extracts files: the candidate's own files are the answer
+            answer = restrict_answer(task, candidate.files)
+            products[FILES] = answer.files
+        owners = {stage: p for p, stage in self.providers.items()}
 
         def finish(name: str, result: StageResult) -> None:
-            nonlocal files, files_known
+            nonlocal answer
+            for product, provider in self.providers.items():
+                if provider != name:
+                    continue
+                if product == FILES:
+                    answer = restrict_answer(task, _files_of(result))
+                    result = _with_answer(result, answer)
+                    products[FILES] = answer.files
+                else:
+                    products[product] = result.artifacts.get(product)
             results[name] = result
-            if name == "format":
-                files, files_known = _files_of(result, candidate), True
             self.registry.stage_finished(task, candidate, result)
 
         while pending or running:
             progressed = False
             for name in list(pending):
-                reqs = self.requirements(name)
-                if any(r not in results for r in reqs):
+                if any(w not in results for w in self.waits_for(name)):
                     continue
-                if not files_known and name != "format":
-                    continue  # every later stage reads the extracted files
                 pending.remove(name)
                 progressed = True
+                reqs = self.requirements(name)
                 failed = [r for r in reqs if not results[r].passed]
                 stage = self.stages[name]
                 if failed:
@@ -306,25 +428,39 @@ class Engine:
                         ),
                     )
                     continue
-                timeout, deadline, memory, options = self._settings(name, stage)
-                seed = derive_seed(task_fp, files if files_known else None, candidate.fingerprint())
+                timeout, deadline, memory, options = self._settings(name, stage, task)
+                needs = self.needs(name)
+                reads_files = FILES in needs
+                files = dict(products.get(FILES) or {}) if reads_files else {}
+                seed = derive_seed(seed_basis, files if reads_files else None, candidate.fingerprint())
+                # A stage that reads the answer sees only the kept files, also through ctx.candidate.
+                seen = candidate
+                if reads_files and candidate.files is not None:
+                    seen = attrs.evolve(candidate, files=dict(files))
                 ctx = StageContext(
                     task=task,
-                    candidate=candidate,
+                    candidate=seen,
                     workspace=workspace,
                     executor=self.executor,
-                    files=dict(files),
+                    files=files,
                     results=dict(results),
                     options=options,
                     seed=seed,
                     timeout=timeout,
                     memory_mb=memory,
                     registry=self.registry,
+                    products={p: products.get(p) for p in needs},
                 )
-                inputs = candidate.fingerprint() if name == "format" else hash_json(files)
+                inputs = {
+                    p: hash_json(products.get(p)) for p in needs
+                }  # the products it reads; a stage that reads no files reads the raw candidate
+                if not reads_files:
+                    inputs["candidate"] = candidate.fingerprint()
+                if name in owners:
+                    inputs["provides"] = sorted(p for p, s_ in self.providers.items() if s_ == name)
                 thread = threading.Thread(
                     target=self._stage_thread,
-                    args=(name, stage, ctx, task_fp, inputs, done),
+                    args=(name, stage, ctx, task, task_fp, hash_json(inputs), done),
                     name=f"rtlreward-stage-{name}",
                     daemon=True,
                 )
@@ -372,7 +508,7 @@ class Engine:
                                     Diagnostic(
                                         f"stage {name!r} did not finish within {deadline - started:.0f}s and was abandoned "
                                         "by the engine (raise stage.<name>.deadline in the profile if it needs longer)",
-                                        code="engine-deadline",
+                                        code=ENGINE_DEADLINE,
                                     ),
                                 ),
                                 feedback=f"{name} took too long",
@@ -384,19 +520,20 @@ class Engine:
             del running[name]
             finish(name, result)
         ordered = {n: results[n] for n in self.stages if n in results}
-        return ordered, files
+        return ordered, answer
 
     def _stage_thread(
         self,
         name: str,
         stage: Any,
         ctx: StageContext,
+        task: Task,
         task_fp: str,
         inputs: str,
         done: queue.Queue[tuple[str, StageResult]],
     ) -> None:
         try:
-            result = self._run_stage(name, stage, ctx, task_fp, inputs)
+            result = self._run_stage(name, stage, ctx, task, task_fp, inputs)
         except BaseException as exc:  # the engine's own bug must still end the stage
             result = StageResult(
                 name=name,
@@ -405,11 +542,14 @@ class Engine:
             )
         done.put((name, result))
 
-    def _run_stage(self, name: str, stage: Any, ctx: StageContext, task_fp: str, inputs: str) -> StageResult:
+    def _run_stage(
+        self, name: str, stage: Any, ctx: StageContext, task: Task, task_fp: str, inputs: str
+    ) -> StageResult:
         version = str(getattr(stage, "version", ""))
         key = None
         if self.cache is not None:
             key = stage_key(
+                namespace=task.origin,
                 task_fingerprint=task_fp,
                 inputs=inputs,
                 stage=name,
@@ -453,11 +593,15 @@ class Engine:
 
     # -- combining ------------------------------------------------------------------------------------------------
     def _combine(
-        self, task: Task, candidate: Candidate, results: dict[str, StageResult], files: dict[str, str]
+        self, task: Task, candidate: Candidate, results: dict[str, StageResult], answer: Answer
     ) -> Reward:
         try:
-            total, _, max_total = self.combiner(results, self.profile, task)
-            total, max_total = float(total), float(max_total)
+            out = tuple(self.combiner(results, self.profile, task))
+            # (total, max_total); a combiner of the older contract returns (total, passed, max_total), and the
+            # engine decides `passed` itself either way.
+            if len(out) not in (2, 3):
+                raise ValueError(f"returned {len(out)} values, not (total, max_total)")
+            total, max_total = float(out[0]), float(out[-1])
         except Exception as exc:  # a third-party combiner's bug: report it, give the defined reward 0
             log.error("combiner %s failed: %r", self.profile.combiner, exc)
             total, max_total = 0.0, float(self.profile.max_weighted)
@@ -468,37 +612,37 @@ class Engine:
             passed=passed,
             max_total=max_total,
             stages=results,
-            metrics=self.metrics(results, total, passed, max_total),
+            metrics=self.metrics(results, total, passed, max_total, answer),
             task_id=task.id,
             sample=candidate.sample,
-            files=files,
+            files=answer.files,
+            diagnostics=answer.dropped,
         )
 
     def metrics(
-        self, results: Mapping[str, StageResult], total: float, passed: bool, max_total: float
+        self,
+        results: Mapping[str, StageResult],
+        total: float,
+        passed: bool,
+        max_total: float,
+        answer: Answer | None = None,
     ) -> dict[str, Any]:
-        """Flat keys a trainer can log as they are; the numeric ones are present for every candidate."""
-
-        def ok(name: str) -> int:
-            r = results.get(name)
-            return int(r is not None and r.passed)
-
-        syntax = [s for s in ("lint", "compile") if s in results]
-        tests = results.get("tests")
-        iface = results.get("interface")
-        m: dict[str, Any] = {
-            "format_valid": ok("format"),
-            "syntax_valid": int(bool(syntax) and all(ok(s) for s in syntax)),
-            "interface_score": float(iface.score)
-            if iface is not None and iface.status in (Status.PASSED, Status.FAILED)
-            else 0.0,
-            "tests_passed": int((tests.metrics.get("tests_passed") or 0) if tests else 0),
-            "tests_total": int((tests.metrics.get("tests_total") or 0) if tests else 0),
-            "reward/total": total,
-            "reward/max": max_total,
-            "reward/normalized": total / max_total if max_total else 0.0,
-            "reward/passed": int(passed),
-        }
+        """Flat keys a trainer can log as they are, the same keys for every candidate of a profile: the profile's
+        `[metrics]` (the presets keep the original experiments' `format_valid`, `syntax_valid`,
+        `interface_score`, `tests_passed`, `tests_total`), `reward/*`, `term/<name>` for each weighted term,
+        `answer/dropped` and `stage/<name>/*` for each enabled stage."""
+        m: dict[str, Any] = dict(self.profile.metric_values(results))
+        m.update(
+            {
+                "reward/total": total,
+                "reward/max": max_total,
+                "reward/normalized": total / max_total if max_total else 0.0,
+                "reward/passed": int(passed),
+                "answer/dropped": answer.dropped_count if answer is not None else 0,
+            }
+        )
+        for name, value in self.profile.term_values(results).items():
+            m[f"term/{name}"] = float(value)
         for name, r in results.items():
             m[f"stage/{name}/score"] = float(r.score)
             m[f"stage/{name}/duration"] = float(r.duration)
@@ -518,7 +662,9 @@ class Engine:
         """Score many candidates with at most `jobs` (default: the engine's) in flight; identical (task,
         candidate) pairs are scored once and share the reward (with their own `sample`). `progress(done, total)`
         is called after each unique candidate."""
-        pairs = [(t, _as_candidate(c)) for t, c in items]
+        if self.remote is not None:
+            return self.remote.score_batch(items, progress, jobs=jobs)
+        pairs = [(t, as_candidate(c)) for t, c in items]
         keys = [(t.fingerprint(), c.fingerprint()) for t, c in pairs]
         first: dict[tuple[str, str], int] = {}
         for i, k in enumerate(keys):
@@ -549,6 +695,8 @@ class Engine:
             "profile": self.profile.name,
             "combiner": self.profile.combiner,
             "stages": {n: list(self.requirements(n)) for n in self.stages},
+            "needs": {n: list(self.needs(n)) for n in self.stages},
+            "providers": dict(self.providers),
             "executor": self._executor_desc,
             "cache": str(self.cache.path) if self.cache else None,
             "jobs": self.jobs,

@@ -27,14 +27,17 @@ hookspec = pluggy.HookspecMarker("rtlreward")
 @hookspec
 def rtlreward_register_stages(register: Any) -> None:
     """Register reward stages: `register(stage)` with an instance of `rtlreward.stage.Stage` (or any object with
-    `name`, `version`, `requires`, `weight` and `run(ctx) -> StageResult`). A stage name is unique; registering a
-    name twice is an error that names both plugins."""
+    `name`, `version`, `requires` and `run(ctx) -> StageResult`, optionally `provides` and `needs`: a stage that
+    extracts the answer's files from the raw reply declares `provides = ("files",)`, every other stage needs
+    them unless it declares `needs = ()`). A stage name is unique; registering a name twice is an error that
+    names both plugins. Weights belong to profiles, not stages."""
 
 
 @hookspec
 def rtlreward_register_combiners(register: Any) -> None:
-    """Register combiners: `register(name, fn)` where `fn(results, profile, task) -> (total, passed, max_total)`
-    folds the stage results of one candidate into one reward."""
+    """Register combiners: `register(name, fn)` where `fn(results, profile, task) -> (total, max_total)` folds the
+    stage results of one candidate into one reward. `passed` is the engine's (`profile.verdict_passed`), never a
+    combiner's; an older combiner returning `(total, passed, max_total)` still works, its `passed` ignored."""
 
 
 @hookspec

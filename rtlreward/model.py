@@ -73,7 +73,10 @@ class Diagnostic:
     file: str | None = None
     line: int | None = None
     severity: str = "error"  # "error" | "warning" | "info"
-    code: str | None = None  # tool-specific id, e.g. Verilator's WIDTH, or "missing-port"
+    code: str | None = None  # a stable id: `<namespace>.<name>`, e.g. `interface.port_missing`, `lint.WIDTH`
+    # Structured facts a report can group by without parsing the message (a port's name, width and direction;
+    # a mismatch count). Not part of the hash: two findings differing only here are still equal-or-not by eq.
+    fields: dict[str, Any] = attrs.field(factory=dict, converter=_dict, hash=False)
 
     def __str__(self) -> str:
         loc = ""
@@ -86,8 +89,11 @@ class Diagnostic:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Diagnostic:
+        fields = d.get("fields")
         return cls(
-            **{k: d.get(k) for k in ("message", "file", "line", "code")}, severity=d.get("severity", "error")
+            **{k: d.get(k) for k in ("message", "file", "line", "code")},
+            severity=d.get("severity", "error"),
+            fields=dict(fields) if isinstance(fields, Mapping) else {},
         )
 
 
@@ -102,14 +108,22 @@ class Harness:
     options: dict[str, Any] = attrs.field(factory=dict, converter=_dict)
 
 
+ORIGIN_DATASET = "dataset"
+ORIGIN_INLINE = "inline"
+
+
 @attrs.frozen(slots=True)
 class Task:
     """One problem: what the model is asked and how its answer is checked.
 
-    `expected_files` are the workspace-relative paths the answer must provide (e.g. `rtl/arbiter.sv`).
-    `context` files are in the workspace before the answer is written (specs, other RTL, testbenches).
-    `compile_sources` are the workspace-relative HDL files that elaborate together with the answer; empty means
-    "the expected files plus any HDL in the context under rtl/".
+    `expected_files` are the workspace-relative paths the answer must provide (e.g. `rtl/arbiter.sv`); they are
+    also the only paths an answer may write (`rtlreward.answers`). `context` files are in the workspace before the
+    answer is written (specs, other RTL, testbenches). `compile_sources` are the workspace-relative HDL files that
+    elaborate together with the answer; empty means "the expected files plus any HDL in the context under rtl/".
+
+    `origin` says where the task came from: `"dataset"` (loaded by a registered dataset, or built in code) or
+    `"inline"` (sent in a request, e.g. to the HTTP server). It is part of the fingerprint, so a task someone
+    sent can never share a cached result or an in-flight evaluation with a dataset task, even an identical one.
     """
 
     id: str
@@ -126,9 +140,19 @@ class Task:
     difficulty: str = ""
     system_prompt: str = ""
     metadata: dict[str, Any] = attrs.field(factory=dict, converter=_dict)
+    origin: str = ORIGIN_DATASET
 
     def fingerprint(self) -> str:
-        """A content hash of everything that can change a verdict (not the prompt wording alone)."""
+        """A content hash of the WHOLE task, every field (taken from `attrs.fields`, so a field added later is
+        covered without anyone remembering to add it). It keys the result cache and the in-flight dedupe: a
+        stage may read any field (the format stage reads the reference, a prompt-aware stage the prompt), so
+        leaving one out would let two different tasks share a verdict."""
+        return hash_json({"task": 2, **attrs.asdict(self, recurse=True)})
+
+    def stimulus_fingerprint(self) -> str:
+        """What a candidate's seed is derived from: the parts of a task that define its checks (not the prompt,
+        reference, metadata or origin), so rewording a prompt keeps the same stimulus. Not a cache key: use
+        `fingerprint()` for that."""
         payload = {
             "id": self.id,
             "expected_files": list(self.expected_files),
@@ -161,10 +185,14 @@ class Task:
             "difficulty": self.difficulty,
             "system_prompt": self.system_prompt,
             "metadata": self.metadata,
+            "origin": self.origin,
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Task:
+    def from_dict(cls, d: Mapping[str, Any], *, origin: str | None = None) -> Task:
+        """The inverse of `to_dict`. `origin` overrides whatever the mapping says: code that builds a task from a
+        request passes `origin=ORIGIN_INLINE`, so a client cannot claim a dataset's cache namespace. A mapping
+        without an origin (not written by `to_dict`) is `inline`: it did not come from a registered dataset."""
         h = d.get("harness")
         iface = d.get("interface")
         return cls(
@@ -184,6 +212,7 @@ class Task:
             difficulty=d.get("difficulty", ""),
             system_prompt=d.get("system_prompt", ""),
             metadata=d.get("metadata") or {},
+            origin=str(origin if origin is not None else d.get("origin") or ORIGIN_INLINE),
         )
 
 
@@ -260,10 +289,16 @@ class Reward:
     task_id: str = ""
     sample: int = 0
     files: dict[str, str] = attrs.field(factory=dict, converter=_dict, eq=False, repr=False)
+    # What the engine itself found about the candidate, outside any stage (e.g. answer files it dropped because
+    # the task does not expect them: code `answer.unexpected_path`). Also on the files provider's result.
+    diagnostics: tuple[Diagnostic, ...] = attrs.field(default=(), converter=tuple)
 
     def feedback(self) -> str:
-        """The stages' feedback joined, for the next turn of a refinement loop."""
+        """The stages' feedback joined, for the next turn of a refinement loop, plus the engine's own findings
+        that no stage reported."""
         parts = [f"[{r.name}] {r.feedback}" for r in self.stages.values() if r.feedback]
+        reported = {d for r in self.stages.values() for d in r.diagnostics}
+        parts += [f"[answer] {d.message}" for d in self.diagnostics if d not in reported]
         return "\n".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -276,6 +311,7 @@ class Reward:
             "passed": self.passed,
             "stages": {name: r.to_dict() for name, r in self.stages.items()},
             "metrics": self.metrics,
+            "diagnostics": [d.to_dict() for d in self.diagnostics],
         }
 
     def to_json(self, **kw: Any) -> str:
@@ -292,7 +328,21 @@ class Reward:
             metrics=d.get("metrics") or {},
             task_id=d.get("task_id", ""),
             sample=int(d.get("sample", 0)),
+            diagnostics=tuple(Diagnostic.from_dict(x) for x in d.get("diagnostics", ())),
         )
+
+
+def as_candidate(candidate: Candidate | str | Mapping[str, str]) -> Candidate:
+    """What callers may hand as a candidate: a Candidate, a raw reply, or extracted files {path: text}."""
+    if isinstance(candidate, Candidate):
+        return candidate
+    if isinstance(candidate, str):
+        return Candidate(text=candidate)
+    if isinstance(candidate, Mapping):
+        return Candidate(files=dict(candidate))
+    raise TypeError(
+        f"a candidate is a Candidate, a reply string or a {{path: text}} mapping, not {type(candidate)}"
+    )
 
 
 def hash_json(obj: Any) -> str:

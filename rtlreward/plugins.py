@@ -1,7 +1,8 @@
 """The plugin manager and a typed registry over it.
 
 Built-in plugins and third-party plugins load the same way: from the `rtlreward` entry-point group. The core never
-imports a plugin by name. Environment variables:
+imports a plugin by name. What the core itself needs (combiners, preset profiles, executors: `BUILTIN_PLUGINS`) is
+registered unconditionally, exempt from the lists below. Environment variables:
 
 - `RTLREWARD_PLUGINS=a,b`: load only these entry points (an allow-list; empty means all).
 - `RTLREWARD_DISABLE_PLUGINS=a,b`: never load these.
@@ -10,6 +11,7 @@ imports a plugin by name. Environment variables:
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import os
 import sys
@@ -25,6 +27,8 @@ from rtlreward import hookspecs
 
 PROJECT = "rtlreward"
 ENTRY_POINT_GROUP = "rtlreward"
+# The core's own hook implementations, always registered (name, module): see rtlreward/builtin.py.
+BUILTIN_PLUGINS = (("core", "rtlreward.builtin"),)
 
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
@@ -216,6 +220,8 @@ def make_plugin_manager(
     registered in-process (tests and embedding applications use this)."""
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(hookspecs)
+    for name, module in BUILTIN_PLUGINS:
+        pm.register(importlib.import_module(module), name=name)
     errors: dict[str, str] = {}
     if load_entrypoints:
         allow, deny = _env_list("RTLREWARD_PLUGINS"), _env_list("RTLREWARD_DISABLE_PLUGINS")

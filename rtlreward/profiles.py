@@ -1,32 +1,43 @@
 """Reward profiles: which stages run, and how their results fold into one number.
 
 A profile is data (TOML), not code, so an experiment's reward can be written down next to its logs and reproduced.
-It names *terms*: a term is one stage (`tests`) or a composite (`syntax = {all = ["lint", "compile"]}`, which passes
-only when every member passes). Each term has a weight and gives either pass/fail credit (1 when it passed) or
-partial credit (the stage's score, e.g. tests passed / tests run). *Gates* are stages that must pass or the whole
-reward is 0 (a candidate that tries `$system` earns nothing, however well it lints). The *verdict* stage is the
-benchmark's own pass/fail: `Reward.passed` is "verdict passed and every gate passed", whatever the combiner.
+It names *terms*: a term is one stage or a composite (`{all = [a, b]}`, which passes only when every member
+passes). Each term has a weight and gives either pass/fail credit (1 when it passed) or partial credit (the stage's
+score, e.g. tests passed / tests run). *Gates* are stages that must pass or the whole reward is 0 (a candidate that
+tries `$system` earns nothing, however well it lints). The *verdict* stage is the benchmark's own pass/fail:
+`Reward.passed` is "verdict passed and every gate passed", whatever the combiner; a profile without a verdict
+never passes (the presets name theirs). *Metrics* are the flat keys a trainer logs (`format_valid`,
+`tests_passed`, ...): each names where its value comes from, so the engine itself names no stage. Stage names
+appear only in profile data: the presets in `rtlreward/presets/*.toml` are the worked examples, docs/profiles.md
+the reference.
 
-Profile file (all keys optional except where noted; `extends` merges onto a preset or another file):
+Profile file (all keys optional; `extends` merges onto a preset or another file). The stage names here are
+placeholders (`extract`, `gate`, `build`, `check`, `sim`):
 
     name = "my-profile"
     extends = "shaped"                 # start from a preset; tables merge, lists and values replace
     combiner = "weighted"              # weighted | strict | normalized | a plugin's combiner
-    stages = ["format", "safety", "interface", "lint", "compile", "tests"]
-    gates = ["safety"]
-    verdict = "tests"
-    partial = ["interface", "tests"]   # terms with partial credit; the others are pass/fail
+    stages = ["extract", "gate", "build", "check", "sim"]
+    gates = ["gate"]
+    verdict = "sim"                    # no verdict: `passed` is always false
+    partial = ["sim"]                  # terms with partial credit; the others are pass/fail
 
     [weights]
-    format = 0.1
+    extract = 0.1
     syntax = 0.3
-    tests = 1.0
+    sim = 1.0
 
     [terms]
-    syntax = { all = ["lint", "compile"] }
+    syntax = { all = ["build", "check"] }
 
-    [stage.tests]                      # per-stage settings
-    requires = ["compile"]             # replaces the stage's own requirements (e.g. [] to run it ungated)
+    [metrics]                          # flat metric = its source (one of these forms)
+    syntax_valid = { passed = ["build", "check"] }     # 1 when the listed stages that ran all passed
+    sim_score = { score = "sim" }                      # the stage's score when it passed or failed, else 0
+    sim_total = { stage = "sim", metric = "tests_total" }   # a number from the stage's own metrics
+    syntax_credit = { term = "syntax" }                # a weighted term's credit in [0, 1]
+
+    [stage.sim]                        # per-stage settings
+    requires = ["build"]               # replaces the stage's own requirements (e.g. [] to run it ungated)
     timeout = 120                      # per command, seconds (ctx.timeout)
     deadline = 600                     # whole stage, seconds (engine guard; default 3 * timeout + 30)
     memory_mb = 4096
@@ -85,6 +96,48 @@ class Term:
         return sum(scores) / len(scores) if scores else 0.0
 
 
+_METRIC_FORMS = ("passed", "score", "metric", "term")
+_METRIC_KEYS = {"passed", "score", "stage", "metric", "term"}
+RESERVED_METRIC_PREFIXES = ("reward/", "stage/", "term/", "answer/")
+
+
+@attrs.frozen(slots=True)
+class MetricSource:
+    """One flat metric and where it comes from (`[metrics]` in a profile). Stage names live here, in profile
+    data, not in the engine: a profile that swaps a stage names the new one."""
+
+    name: str
+    kind: str  # "passed" | "score" | "metric" | "term"
+    stages: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    key: str = ""  # the stage metric's name (kind "metric") or the term's name (kind "term")
+
+    def value(self, results: Mapping[str, Any], terms: Mapping[str, float]) -> int | float:
+        """Present for every candidate: a stage that did not run (or is not enabled) counts as 0."""
+        if self.kind == "passed":
+            ran = [results[s] for s in self.stages if s in results]
+            return int(bool(ran) and all(r.passed for r in ran))
+        if self.kind == "score":
+            r = results.get(self.stages[0])
+            ok = r is not None and str(r.status) in ("passed", "failed")
+            return float(r.score) if ok else 0.0
+        if self.kind == "metric":
+            r = results.get(self.stages[0])
+            v = r.metrics.get(self.key) if r is not None else None
+            if isinstance(v, int):  # bool is an int: True counts 1
+                return int(v)
+            return float(v) if isinstance(v, float) and v == v else 0
+        return float(terms.get(self.key, 0.0))
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.kind == "passed":
+            return {"passed": list(self.stages)}
+        if self.kind == "score":
+            return {"score": self.stages[0]}
+        if self.kind == "metric":
+            return {"stage": self.stages[0], "metric": self.key}
+        return {"term": self.key}
+
+
 @attrs.frozen(slots=True)
 class Profile:
     name: str
@@ -92,10 +145,11 @@ class Profile:
     stages: tuple[str, ...] = attrs.field(default=(), converter=tuple)  # enabled stages
     terms: tuple[Term, ...] = attrs.field(default=(), converter=tuple)
     gates: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    verdict: str | None = "tests"
+    verdict: str | None = None  # the stage whose pass is the benchmark's pass; None: `passed` is always False
     stage_settings: dict[str, StageSettings] = attrs.field(factory=dict, converter=dict)
     description: str = ""
     source: str = ""  # preset name or file path, for messages
+    metrics: tuple[MetricSource, ...] = attrs.field(default=(), converter=tuple)
 
     @property
     def max_weighted(self) -> float:
@@ -113,6 +167,11 @@ class Profile:
 
     def term_values(self, results: Mapping[str, Any]) -> dict[str, float]:
         return {t.name: t.value(results) for t in self.terms}
+
+    def metric_values(self, results: Mapping[str, Any]) -> dict[str, int | float]:
+        """The `[metrics]` table evaluated for one candidate's results."""
+        terms = self.term_values(results)
+        return {m.name: m.value(results, terms) for m in self.metrics}
 
     def gates_passed(self, results: Mapping[str, Any]) -> bool:
         return all((r := results.get(g)) is not None and r.passed for g in self.gates)
@@ -136,6 +195,7 @@ class Profile:
             "partial": [t.name for t in self.terms if t.partial],
             "weights": {t.name: t.weight for t in self.terms},
             "terms": {t.name: {"all": list(t.stages)} for t in self.terms if t.stages != (t.name,)},
+            "metrics": {m.name: m.to_dict() for m in self.metrics},
             "stage": {},
         }
         for name, s in self.stage_settings.items():
@@ -157,6 +217,7 @@ _TOP_KEYS = {
     "partial",
     "weights",
     "terms",
+    "metrics",
     "stage",
 }
 _STAGE_KEYS = {"timeout", "deadline", "memory_mb", "options", "requires"}
@@ -269,7 +330,7 @@ def parse_profile(data: Mapping[str, Any], label: str = "<dict>") -> Profile:
     for tname, spec in composite.items():
         if not isinstance(spec, Mapping):
             raise ProfileError(
-                f'profile {label}: terms.{tname} must be a table like {{all = ["lint", "compile"]}}'
+                f'profile {label}: terms.{tname} must be a table like {{all = ["stage_a", "stage_b"]}}'
             )
         bad = set(spec) - _TERM_KEYS
         if bad:
@@ -298,13 +359,12 @@ def parse_profile(data: Mapping[str, Any], label: str = "<dict>") -> Profile:
     for g in gates:
         if g not in enabled:
             raise ProfileError(f"profile {label}: gates lists {g!r}, which is not in 'stages'")
-    verdict = data.get("verdict", "tests")
+    verdict = data.get("verdict", "")
     if not isinstance(verdict, str):
         raise ProfileError(f"profile {label}: 'verdict' must be a stage name")
     if verdict and verdict not in enabled:
-        verdict = None if "verdict" not in data else verdict
-        if verdict:
-            raise ProfileError(f"profile {label}: verdict {verdict!r} is not in 'stages'")
+        raise ProfileError(f"profile {label}: verdict {verdict!r} is not in 'stages'")
+    metrics = _parse_metrics(data.get("metrics", {}), label, {t.name for t in terms})
     settings: dict[str, StageSettings] = {}
     stage_tbl = data.get("stage", {})
     if not isinstance(stage_tbl, Mapping):
@@ -352,7 +412,58 @@ def parse_profile(data: Mapping[str, Any], label: str = "<dict>") -> Profile:
         stage_settings=settings,
         description=str(data.get("description", "")),
         source=label,
+        metrics=metrics,
     )
+
+
+def _parse_metrics(table: Any, label: str, terms: set[str]) -> tuple[MetricSource, ...]:
+    """`[metrics]`: name = {passed = [stages]} | {score = stage} | {stage = s, metric = key} | {term = name}.
+    A stage that the profile does not enable is allowed (it counts as not run), so a profile that extends a
+    preset with fewer stages keeps the preset's metrics."""
+    if not isinstance(table, Mapping):
+        raise ProfileError(f"profile {label}: 'metrics' must be a table of name = {{source}}")
+    out = []
+    for name, spec in table.items():
+        where = f"profile {label}: metrics.{name}"
+        if name.startswith(RESERVED_METRIC_PREFIXES):
+            raise ProfileError(
+                f"{where}: names starting with {', '.join(RESERVED_METRIC_PREFIXES)} are the engine's own"
+            )
+        if not isinstance(spec, Mapping):
+            raise ProfileError(f'{where} must be a table like {{ passed = ["stage_a", "stage_b"] }}')
+        bad = set(spec) - _METRIC_KEYS
+        if bad:
+            raise ProfileError(
+                f"{where}: unknown key {sorted(bad)[0]!r} (use one of {', '.join(_METRIC_FORMS)})"
+            )
+        forms = [f for f in _METRIC_FORMS if f in spec]
+        if len(forms) != 1 or ("stage" in spec) != (forms == ["metric"]):
+            raise ProfileError(
+                f"{where}: give exactly one source: passed = [stages], score = stage, "
+                "stage = name with metric = key, or term = name"
+            )
+        kind = forms[0]
+        if kind == "passed":
+            stages = _str_list(spec, "passed", f"{label} metrics.{name}")
+            if not stages:
+                raise ProfileError(f"{where}.passed is empty")
+            out.append(MetricSource(name=name, kind=kind, stages=tuple(stages)))
+            continue
+        value = spec[kind]
+        if not isinstance(value, str) or not value:
+            raise ProfileError(f"{where}.{kind} must be a name")
+        if kind == "score":
+            out.append(MetricSource(name=name, kind=kind, stages=(value,)))
+        elif kind == "metric":
+            stage = spec["stage"]
+            if not isinstance(stage, str) or not stage:
+                raise ProfileError(f"{where}.stage must be a stage name")
+            out.append(MetricSource(name=name, kind=kind, stages=(stage,), key=value))
+        else:
+            if value not in terms:
+                raise ProfileError(f"{where}.term {value!r} is not a term in [weights]")
+            out.append(MetricSource(name=name, kind=kind, key=value))
+    return tuple(out)
 
 
 def load_profile(

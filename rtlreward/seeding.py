@@ -5,6 +5,9 @@ draws values elsewhere: a CVDP `test_runner.py` parametrises pytest over `random
 before cocotb exists. A `sitecustomize.py` on PYTHONPATH runs at every interpreter start (the driver, pytest and
 the Python embedded in the simulator), so seeding `random` there covers all of them. numpy is seeded lazily, the
 moment it is first imported, so interpreters that never use it do not pay for importing it.
+
+The same file starts rtlreward's verdict probe (`rtlreward.verdict`) when the runner gave the process a key: it
+must run before anything else is imported, and every harness interpreter already starts here.
 """
 
 from __future__ import annotations
@@ -19,6 +22,15 @@ SITECUSTOMIZE = '''\
 """Written by rtlreward.seeding: seeds Python's random (and numpy when imported) from RTLREWARD_SEED."""
 import os as _os
 import sys as _sys
+
+if _os.environ.get("RTLREWARD_PROBE_KEY"):
+    # rtlreward.verdict's probe: first, before this file imports anything a harness folder could shadow. A process
+    # given a key that cannot start the probe must not run at all (its key file would stay readable).
+    try:
+        import rtlreward_probe  # noqa: F401
+    except BaseException as _exc:
+        _os.write(2, ("rtlreward: cannot start the verdict probe: %r\\n" % (_exc,)).encode())
+        _os._exit(97)
 
 _seed = _os.environ.get("RTLREWARD_SEED")
 if _seed is not None:

@@ -1,9 +1,16 @@
 """The contract between the engine and a reward stage.
 
-A stage is an object with a name, a version, the stages it `requires`, a default weight, and
-`run(ctx) -> StageResult`. Subclass `Stage` for the defaults. `ctx` is everything the stage may touch: the task,
-the candidate, the files the format stage extracted, a private workspace, earlier results, the stage's options,
-and `ctx.run(...)` for commands, which go through the engine's executor and its limits.
+A stage is an object with a name, a version, the stages it `requires` (they must have passed), what it `provides`
+and `needs`, and `run(ctx) -> StageResult`. Subclass `Stage` for the defaults. `ctx` is everything the stage may
+touch: the task, the candidate, the answer's files, a private workspace, earlier results, the stage's options, and
+`ctx.run(...)` for commands, which go through the engine's executor and its limits.
+
+Products: a stage that `provides = (FILES,)` turns the raw candidate into the answer's files (the built-in
+`format` stage does); it publishes them as `result.artifacts["files"]`. Every stage `needs = (FILES,)` unless it
+says otherwise, so it waits for the provider and reads `ctx.files`; the engine names no stage, it follows these
+declarations. A stage that needs the files is cached on the files, not on the raw reply, so it must not read
+`ctx.candidate.text`. Other products work the same way (`provides = ("netlist",)` publishes
+`artifacts["netlist"]`; a stage that needs it reads `ctx.products["netlist"]`).
 """
 
 from __future__ import annotations
@@ -19,6 +26,9 @@ from rtlreward.model import Candidate, Diagnostic, StageResult, Status, Task
 from rtlreward.sandbox import CommandResult, Executor, Limits
 
 log = logging.getLogger("rtlreward")
+
+
+FILES = "files"  # the product every stage needs by default: the answer's {path: text}
 
 
 class UnsafePath(ValueError):
@@ -57,6 +67,7 @@ class StageContext:
     timeout: float = 60.0  # this stage's per-command wall-clock limit
     memory_mb: int | None = 4096
     registry: Any = None  # the engine's rtlreward.plugins.Registry (harness runners, datasets, ...)
+    products: dict[str, Any] = attrs.field(factory=dict)  # what the stage `needs`, by product name
 
     @property
     def python(self) -> str:
@@ -107,8 +118,9 @@ class Stage:
 
     name: ClassVar[str] = ""
     version: ClassVar[str] = "1"
-    requires: ClassVar[tuple[str, ...]] = ()
-    weight: ClassVar[float] = 0.0  # default weight in a weighted profile
+    requires: ClassVar[tuple[str, ...]] = ()  # stages that must have PASSED (else this one is skipped)
+    provides: ClassVar[tuple[str, ...]] = ()  # products it publishes in result.artifacts (e.g. (FILES,))
+    needs: ClassVar[tuple[str, ...]] = (FILES,)  # products it waits for (whatever their provider's status)
     description: ClassVar[str] = ""
     default_timeout: ClassVar[float] = 60.0
 

@@ -32,11 +32,13 @@ def records(path: Path) -> list[dict[str, Any]]:
 
 
 def problem(path: Path, index: int = 0) -> tuple[Task, dict[str, str]]:
-    """(task, reference answer files) of one record."""
-    from cvdp_adapter.conformance import record_reference, record_to_task
+    """(task, reference answer files) of one record, as the cvdp dataset loads them."""
+    from cvdp_adapter.conformance import reference_files
+    from cvdp_adapter.records import parse_record
+    from cvdp_adapter.tasks import record_to_task
 
-    rec = records(path)[index]
-    return record_to_task(rec), record_reference(rec)
+    rec = parse_record(records(path)[index])
+    return record_to_task(rec), reference_files(rec)
 
 
 def run_harness(
@@ -48,7 +50,7 @@ def run_harness(
     seed: int = 1234,
     options: dict[str, Any] | None = None,
 ):
-    from cvdp_adapter.harness_plugin import CvdpHarnessRunner
+    from cvdp_adapter.runner import CvdpHarnessRunner
     from rtlreward.sandbox.local import LocalExecutor
     from rtlreward.stage import StageContext
 

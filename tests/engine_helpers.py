@@ -26,6 +26,8 @@ class FormatStage(Stage):
 
     name = "format"
     version = "t1"
+    provides = ("files",)
+    needs = ()
 
     def run(self, ctx: StageContext):
         count(self.name)
@@ -134,14 +136,10 @@ class Recorder:
 
 
 def registry(extra: dict[str, Any] | None = None):
-    """Built-in combiners, profiles and executors, plus the test stages in-process (no other entry points)."""
-    import rtlreward_combiners
-    import rtlreward_executors
-
+    """The core's combiners, profiles and executors (always registered), plus the test stages in-process (no
+    entry points)."""
     return make_plugin_manager(
         extra_plugins={
-            "combiners": rtlreward_combiners,
-            "executors": rtlreward_executors,
             "test-stages": TestStagesPlugin(),
             **(extra or {}),
         },

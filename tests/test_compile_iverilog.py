@@ -9,9 +9,10 @@ from hdl_stage_helpers import completion, example_task, make_ctx
 
 from rtlreward.model import Status
 from rtlreward.sandbox.local import LocalExecutor
+from rtlreward_compile import CompileStage
 from rtlreward_format.extract import extract
-from rtlreward_iverilog import CompileStage, parse_iverilog
-from rtlreward_iverilog.hdl import OUTSIDE_MESSAGE
+from rtlreward_hdl.files import OUTSIDE_MESSAGE
+from rtlreward_hdl.icarus import parse_iverilog
 
 ARB = "fixed_priority_arbiter"
 SRC = "rtl/fixed_priority_arbiter.sv"

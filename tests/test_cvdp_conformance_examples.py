@@ -50,7 +50,7 @@ def test_cli_conformance_examples_command():
     import typer
     from typer.testing import CliRunner
 
-    from cvdp_adapter.conformance import register_commands
+    from cvdp_adapter.cli import register_harness_commands
 
     app = typer.Typer()
 
@@ -58,7 +58,7 @@ def test_cli_conformance_examples_command():
     def _root() -> None:
         pass
 
-    register_commands(app)
+    register_harness_commands(app)
     res = CliRunner().invoke(app, ["cvdp", "conformance", "--check", "examples"])
     assert res.exit_code == 0, res.output
     assert res.output.count("(ok)") == 4 and "MISMATCH" not in res.output

@@ -78,12 +78,48 @@ def test_container_layout_network_and_read_only_src(tmp_path: Path, docker_ex):
                 pass
             else:
                 raise AssertionError("the network is reachable")
+            assert os.getuid() != 0 and os.getgid() != 0  # never root, even for a root caller
+            try:
+                open("/etc/x", "w")
+            except OSError:
+                pass
+            else:
+                raise AssertionError("the root file system is writable")
+            # PID 1 is the in-container time limit: the service ends even if rtlreward dies
+            pid1 = pathlib.Path("/proc/1/cmdline").read_bytes().split(b"\\0")
+            assert pid1[:3] == [b"timeout", b"-s", b"KILL"], pid1
             pathlib.Path("/code/rundir/out.txt").write_text("ok")
         """)
     task = adder_task(extra={"src/test_runner.py": probe})
     res = run_harness(task, {"rtl/adder.sv": ADDER}, tmp_path, executor=docker_ex)
     assert res.passed, res.feedback
     assert (tmp_path / "cvdp/rundir/out.txt").read_text() == "ok"
+
+
+def test_sdk_fallback_has_the_same_policy_and_leaves_no_container(tmp_path: Path, docker_ex):
+    """A docker executor without `run_service` (a third party's): the runner's own containers carry the same
+    policy, labels and lifecycle, and none is left behind."""
+    import os
+
+    import docker
+
+    class PlainDocker:  # selects the Docker runner, has no run_service
+        name = "plain-docker"
+        runs_in_container = True
+        image = docker_ex.image
+        python = docker_ex.python
+
+    probe = textwrap.dedent("""\
+        import os, pathlib
+        def test_policy():
+            assert os.getuid() != 0
+            assert pathlib.Path("/proc/1/cmdline").read_bytes().startswith(b"timeout\\0-s\\0KILL")
+        """)
+    task = adder_task(extra={"src/test_runner.py": probe})
+    res = run_harness(task, {"rtl/adder.sv": ADDER}, tmp_path, executor=PlainDocker())
+    assert res.passed and res.metrics["cvdp_runner"] == "docker", res.feedback
+    mine = docker.from_env().api.containers(all=True, filters={"label": f"rtlreward.owner_pid={os.getpid()}"})
+    assert mine == []
 
 
 def test_time_limit_kills_the_container(tmp_path: Path, docker_ex):

@@ -180,7 +180,9 @@ def test_every_service_must_pass_and_time_limit(tmp_path: Path, bwrap_executor):
     assert res.status is Status.TIMEOUT and not res.passed
     assert res.metrics["services"]["quick"]["returncode"] == 0
     assert res.metrics["services"]["slow"]["timed_out"] is True
-    assert res.score == pytest.approx(1 / 2)  # services without JUnit count as one case each
+    # exit 0 is not a pass: a service that is not a probed pytest session has no authentic record
+    assert res.score == 0.0
+    assert any(d.code == "harness-error" and "quick" in d.message for d in res.diagnostics)
 
 
 def test_harness_problems_are_errors_not_passes(tmp_path: Path):

@@ -1,4 +1,5 @@
-"""CVDP harness reading: compose services, env files, cocotb generation, workspace order, JUnit and verdict."""
+"""CVDP harness reading: compose services, env files, cocotb generation, workspace order, the service environment
+and the verdict from a service's signed record (rtlreward.verdict)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ from cvdp_adapter.harness import (
     outcome_from_run,
     parse_compose,
     parse_env_file,
-    read_junit,
     rewrite_paths,
     service_env,
     verdict,
 )
 from rtlreward.model import Status
+from rtlreward.verdict import Received
 
 COMPOSE = """
 services:
@@ -106,7 +107,7 @@ def test_workspace_order_harness_wins_over_answer(tmp_path: Path):
     root = materialise(
         tmp_path / "p",
         context={"docs/spec.md": "spec", "rtl/a.sv": "old"},
-        answer={"rtl/a.sv": "new", "src/test_runner.py": "print('hacked')"},
+        answer={"rtl/a.sv": "new", "src/test_runner.py": "print('hacked')", "src/conftest.py": "x = 1"},
         harness={"src/test_runner.py": "real", "docker-compose.yml": COMPOSE},
     )
     assert sorted(p.name for p in root.iterdir()) == [
@@ -119,11 +120,12 @@ def test_workspace_order_harness_wins_over_answer(tmp_path: Path):
     ]
     assert (root / "rtl/a.sv").read_text() == "new"
     assert (root / "src/test_runner.py").read_text() == "real"
+    assert not (root / "src/conftest.py").exists()  # the harness's folder takes no answer file at all
     with pytest.raises(ValueError):
         materialise(tmp_path / "q", context={}, answer={"../escape.sv": "x"}, harness={})
 
 
-def test_service_env_seeds_and_junit(tmp_path: Path):
+def test_service_env_seeds_probe_and_pytest_options(tmp_path: Path):
     root = materialise(
         tmp_path / "p",
         context={},
@@ -137,6 +139,14 @@ def test_service_env_seeds_and_junit(tmp_path: Path):
     assert env["PYTHONPATH"] == "/seed:/src"
     assert env["PYTEST_ADDOPTS"] == "--junitxml=/code/rundir/.rtlreward/junit-direct.xml"
     assert env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"  # a bare pytest, as in the benchmark's image
+    probed = service_env(root, svc, seed=42, seed_dir="/seed", probe_dirs=["/p1", "/p2"], probe={"K": "v"})
+    assert probed["PYTHONPATH"] == "/seed:/p1:/p2:/src"  # the probe before the harness's folder
+    opts = probed["PYTEST_ADDOPTS"].split()
+    assert (
+        opts[:2] == ["-p", "rtlreward_pytest_probe"] and "--noconftest" in opts and "no:cacheprovider" in opts
+    )
+    assert opts[opts.index("-c") + 1] == "/dev/null"  # no ini file an answer or a design could plant
+    assert probed["K"] == "v" and probed["PYTHONNOUSERSITE"] == "1" and probed["PYTHONSAFEPATH"] == "1"
 
 
 def test_path_rewrite_only_touches_absolute_container_paths(tmp_path: Path):
@@ -150,49 +160,142 @@ def test_path_rewrite_only_touches_absolute_container_paths(tmp_path: Path):
     )
 
 
-JUNIT = """<?xml version="1.0"?><testsuites><testsuite name="pytest" tests="4">
-<testcase classname="t" name="test_a[1]"/>
-<testcase classname="t" name="test_a[2]"><failure message="AssertionError: got 3 expected 4">tb</failure></testcase>
-<testcase classname="t" name="test_a[3]"><error message="collection broke"/></testcase>
-<testcase classname="t" name="test_s"><skipped/></testcase>
-</testsuite></testsuites>"""
+def _session(items, sims=(), *, exitstatus=0, collected=None, **extra) -> Received:
+    """An authentic session record, as the verified payload of a service's pytest probe."""
+    items = [{"nodeid": n, "outcome": o, "message": m} for n, o, m in items]
+    sims = list(sims)
+    payload = {
+        "kind": "pytest",
+        "exitstatus": exitstatus,
+        "collected": len(items) if collected is None else collected,
+        "items": items,
+        "errors": [],
+        "sims": sims,
+        "sims_total": len(sims),
+        **extra,
+    }
+    return Received(payload)
 
 
-def test_junit_counts_and_verdict(tmp_path: Path):
-    (tmp_path / "rundir/.rtlreward").mkdir(parents=True)
-    path = tmp_path / "rundir/.rtlreward/junit-direct.xml"
-    path.write_text(JUNIT)
-    passed, total, failures = read_junit(path)
-    assert (passed, total) == (1, 3) and [f.name for f in failures] == ["test_a[2]", "test_a[3]"]
+def _sim(item, tests, module="test_adder") -> dict:
+    record = {
+        "kind": "cocotb",
+        "modules": module,
+        "filter": "",
+        "testcase": "",
+        "tests": [{"name": n, "module": module, "outcome": o, "message": m} for n, o, m in tests],
+    }
+    return {"item": item, "started": True, "problem": "", "record": record}
+
+
+HARNESS = {
+    "src/test_adder.py": "import cocotb\n\n@cocotb.test()\nasync def add(dut):\n    pass\n\n"
+    "@cocotb.test()\nasync def sub(dut):\n    pass\n"
+}
+
+
+def _outcome(rc, received, **kw):
     svc = parse_compose(COMPOSE)[0]
-    out = outcome_from_run(svc, tmp_path, 1, timed_out=False, output="", duration=0.1)
-    res = verdict([out])
-    assert res.status is Status.FAILED and res.score == pytest.approx(1 / 3)
-    assert res.metrics["tests_passed"] == 1 and res.metrics["tests_total"] == 3
-    assert "got 3 expected 4" in res.feedback and any("test_a[2]" in d.message for d in res.diagnostics)
-
-
-def test_exit_code_is_the_verdict_not_junit(tmp_path: Path):
-    """A JUnit file claiming everything passed cannot turn a failed service into a pass or full credit."""
-    (tmp_path / "rundir/.rtlreward").mkdir(parents=True)
-    (tmp_path / "rundir/.rtlreward/junit-direct.xml").write_text(
-        '<testsuite><testcase name="a"/><testcase name="b"/></testsuite>'
+    return outcome_from_run(
+        svc,
+        rc,
+        timed_out=kw.pop("timed_out", False),
+        output="",
+        duration=0.1,
+        received=received,
+        harness=HARNESS,
     )
-    svc = parse_compose(COMPOSE)[0]
-    bad = verdict([outcome_from_run(svc, tmp_path, 2, timed_out=False, output="boom", duration=0)])
-    assert bad.status is Status.FAILED and bad.score == 0.5
-    timeout = verdict([outcome_from_run(svc, tmp_path, -9, timed_out=True, output="", duration=0)])
+
+
+def test_counts_and_verdict_from_the_signed_record():
+    rec = _session(
+        [
+            ("t::a[1]", "passed", ""),
+            ("t::a[2]", "failed", "AssertionError: got 3 expected 4"),
+            ("t::s", "skipped", ""),
+        ]
+    )
+    res = verdict([_outcome(1, rec)])
+    assert res.status is Status.FAILED and res.score == pytest.approx(1 / 2)
+    assert res.metrics["tests_passed"] == 1 and res.metrics["tests_total"] == 2
+    assert "got 3 expected 4" in res.feedback and any("a[2]" in d.message for d in res.diagnostics)
+    good = _session(
+        [("t::a[1]", "passed", "")],
+        [_sim("t::a[1]", [("add", "passed", ""), ("sub", "passed", "")])],
+    )
+    ok = verdict([_outcome(0, good)])
+    assert ok.passed and ok.score == 1.0
+
+
+def test_exit_zero_without_an_authentic_record_is_an_error():
+    for received in (
+        None,
+        Received(None, "no verdict record"),
+        Received(None, "the verdict record is not authentic"),
+    ):
+        res = verdict([_outcome(0, received)])
+        assert res.status is Status.ERROR and res.score == 0.0 and not res.passed
+    # a record that is not a pytest session, or an empty one, is no pass either
+    assert verdict([_outcome(0, Received({"kind": "cocotb"}))]).status is Status.ERROR
+    empty = verdict([_outcome(0, _session([]))])
+    assert not empty.passed and empty.score == 0.0
+
+
+def test_a_simulation_the_design_failed_fails_its_test_whatever_pytest_said():
+    """The design rewrote cocotb's results XML, so pytest passed the test; the simulation's signed record did not."""
+    rec = _session(
+        [("t::a[1]", "passed", ""), ("t::a[2]", "passed", "")],
+        [
+            _sim("t::a[1]", [("add", "passed", ""), ("sub", "passed", "")]),
+            _sim("t::a[2]", [("add", "failed", "1+2 gave 0"), ("sub", "passed", "")]),
+        ],
+    )
+    res = verdict([_outcome(0, rec)])
+    assert res.status is Status.FAILED and res.score == pytest.approx(1 / 2)
+    assert any(d.code == "cocotb-failed" and "1+2 gave 0" in d.message for d in res.diagnostics)
+
+
+def test_incomplete_or_foreign_simulation_records_are_errors():
+    missing = _session([("t::a", "passed", "")], [_sim("t::a", [("add", "passed", "")])])
+    extra = _session(
+        [("t::a", "passed", "")],
+        [_sim("t::a", [("add", "passed", ""), ("sub", "passed", ""), ("fake", "passed", "")])],
+    )
+    twice = _session(
+        [("t::a", "passed", "")],
+        [_sim("t::a", [("add", "passed", ""), ("sub", "passed", ""), ("add", "passed", "")])],
+    )
+    foreign = _session([("t::a", "passed", "")], [_sim("t::a", [("x", "passed", "")], module="evil")])
+    lost = _session(
+        [("t::a", "passed", "")], [{"item": "t::a", "started": True, "problem": "no record", "record": None}]
+    )
+    for rec in (missing, extra, twice, foreign, lost):
+        res = verdict([_outcome(0, rec)])
+        assert res.status is Status.ERROR and res.score == 0.0, res.feedback
+    never = _session(
+        [("t::a", "passed", "")], [{"item": "t::a", "started": False, "problem": "", "record": None}]
+    )
+    assert not verdict([_outcome(0, never)]).passed
+
+
+def test_exit_code_must_be_zero_too_and_services_add_up():
+    rec = _session([("t::a", "passed", ""), ("t::b", "passed", "")])
+    bad = verdict([_outcome(2, rec)])
+    assert bad.status is Status.FAILED and bad.score == 0.5  # never full credit for a failed service
+    timeout = verdict([_outcome(-9, None, timed_out=True)])
     assert timeout.status is Status.TIMEOUT and not timeout.passed
     good = verdict(
         [
-            ServiceOutcome("direct", 0, tests_passed=1, tests_total=1),
-            ServiceOutcome("other", 0, tests_passed=2, tests_total=2),
+            ServiceOutcome("direct", 0, tests_passed=1, tests_total=1, record_passed=True),
+            ServiceOutcome("other", 0, tests_passed=2, tests_total=2, record_passed=True),
         ]
     )
     assert good.passed and good.score == 1.0 and good.metrics["tests_total"] == 3
+    unverified = verdict([ServiceOutcome("direct", 0, tests_passed=1, tests_total=1)])
+    assert not unverified.passed  # an outcome without a verified record never passes
     one_bad = verdict(
         [
-            ServiceOutcome("direct", 0, tests_passed=1, tests_total=1),
+            ServiceOutcome("direct", 0, tests_passed=1, tests_total=1, record_passed=True),
             ServiceOutcome("other", 1, tests_passed=0, tests_total=1),
         ]
     )

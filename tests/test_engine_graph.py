@@ -7,6 +7,7 @@ import json
 import threading
 from pathlib import Path
 
+import attrs
 import engine_helpers as h
 import pytest
 
@@ -153,10 +154,12 @@ def test_seed_is_derived_from_task_and_files(engine):
     a2 = engine.score(t, h.cand("module top; endmodule", sample=3))
     b = engine.score(t, h.cand("module top; endmodule // other"))
     other_task = engine.score(h.task("t2"), h.cand("module top; endmodule"))
+    reworded = engine.score(attrs.evolve(t, prompt="said differently"), h.cand("module top; endmodule"))
     seed = a1.stages["lint"].metrics["seed"]
-    assert seed == a2.stages["lint"].metrics["seed"] == derive_seed(t.fingerprint(), a1.files)
+    assert seed == a2.stages["lint"].metrics["seed"] == derive_seed(t.stimulus_fingerprint(), a1.files)
     assert seed != b.stages["lint"].metrics["seed"]
     assert seed != other_task.stages["lint"].metrics["seed"]
+    assert seed == reworded.stages["lint"].metrics["seed"]  # same checks, same answer: same stimulus
     assert 0 <= seed < 2**31
 
 

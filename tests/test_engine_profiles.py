@@ -59,21 +59,34 @@ def test_combiner_math(profile, combiner, overrides, expected, max_total, passed
     res = results(**overrides)
     if profile == "strict":
         res = {k: v for k, v in res.items() if k in p.stages}
-    total, ok, mx = combiner(res, p, None)
+    total, mx = combiner(res, p, None)
     assert total == pytest.approx(expected)
     assert mx == pytest.approx(max_total)
-    assert ok is passed
+    assert p.verdict_passed(res) is passed
 
 
-def test_passed_is_the_strict_verdict_in_every_combiner():
-    res = results(tests=("failed", 0.99))
-    for name, fn in (
-        ("shaped", weighted),
-        ("normalized", normalized),
-        ("strict", strict),
-        ("seed", weighted),
-    ):
-        assert fn(res, load_profile(name), None)[1] is False
+def test_passed_is_the_engines_not_the_combiners():
+    """A combiner returns (total, max_total); the engine computes the verdict once, and a combiner of the older
+    (total, passed, max_total) contract cannot make a failing candidate pass."""
+    import engine_helpers as h
+
+    from rtlreward import hookimpl
+    from rtlreward.engine import Engine
+
+    def liar(results, profile, task):
+        return 1.0, True, 1.0
+
+    class Plugin:
+        @hookimpl
+        def rtlreward_register_combiners(self, register):
+            register("liar", liar)
+
+    prof = {"extends": "shaped", "combiner": "liar"}
+    with Engine(prof, registry=h.registry({"liar": Plugin()}), cache=False) as e:
+        r = e.score(h.task(), h.cand("module top; endmodule TESTS_HALF"))
+    assert r.total == 1.0 and r.max_total == 1.0 and r.passed is False
+    for fn in (weighted, normalized, strict):
+        assert len(fn(results(), load_profile("shaped"), None)) == 2
 
 
 def test_user_toml_with_options_timeouts_and_extends(tmp_path):

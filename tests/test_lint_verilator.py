@@ -13,8 +13,9 @@ from hdl_stage_helpers import completion, example_task, make_ctx
 from rtlreward.model import Status
 from rtlreward.sandbox.local import LocalExecutor
 from rtlreward_format.extract import extract
-from rtlreward_iverilog.hdl import OUTSIDE_MESSAGE
-from rtlreward_verilator import LintStage, parse_verilator, verilator_bin_dir
+from rtlreward_hdl.files import OUTSIDE_MESSAGE
+from rtlreward_hdl.verilator import parse_verilator, verilator_bin_dir
+from rtlreward_lint import LintStage
 
 ARB = "fixed_priority_arbiter"
 SRC = "rtl/fixed_priority_arbiter.sv"

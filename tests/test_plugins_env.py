@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import engine_helpers as h
 import pytest
@@ -18,21 +19,57 @@ def names(registry) -> set[str]:
     return {p.name for p in registry.plugins()}
 
 
-def test_allow_list_loads_only_the_named_entry_points(monkeypatch):
-    monkeypatch.setenv("RTLREWARD_PLUGINS", "combiners, executors")
+def test_allow_list_loads_only_the_named_entry_points_and_the_core(monkeypatch):
+    monkeypatch.setenv("RTLREWARD_PLUGINS", "folder, format")
     reg = make_plugin_manager()
-    assert names(reg) == {"combiners", "executors"}
-    assert set(reg.combiners()) == {"weighted", "strict", "normalized"} and reg.stages() == {}
+    assert names(reg) == {"core", "folder", "format"}
+    assert set(reg.stages()) == {"format"} and set(reg.datasets()) == {"folder"}
+    # What the core needs to run is not an entry point, so no allow-list can take it away.
+    assert set(reg.combiners()) == {"weighted", "strict", "normalized"}
+    assert {"local", "docker", "ray"} <= set(reg.executors())
 
 
-def test_deny_list_drops_entry_points(monkeypatch):
+def test_deny_list_drops_entry_points_but_never_the_core(monkeypatch):
     monkeypatch.delenv("RTLREWARD_PLUGINS", raising=False)
     full = names(make_plugin_manager())
-    assert {"combiners", "folder"} <= full
-    monkeypatch.setenv("RTLREWARD_DISABLE_PLUGINS", "folder,combiners")
+    assert {"core", "folder", "format"} <= full
+    monkeypatch.setenv("RTLREWARD_DISABLE_PLUGINS", "folder,core")
     reg = make_plugin_manager()
-    assert names(reg) == full - {"folder", "combiners"}
-    assert "folder" not in reg.datasets() and reg.combiners() == {}
+    assert names(reg) == full - {"folder"}
+    assert "folder" not in reg.datasets() and "weighted" in reg.combiners()
+
+
+def test_allow_list_without_the_optional_stages_still_scores(tmp_path):
+    """`RTLREWARD_PLUGINS=folder,format,safety rtlreward score ...` works with the core's executor and combiners:
+    the profile names only the loaded stages."""
+    profile = tmp_path / "small.toml"
+    profile.write_text(
+        'name = "small"\ncombiner = "weighted"\nstages = ["format", "safety"]\ngates = ["safety"]\n'
+        'verdict = "format"\n[weights]\nformat = 1.0\n'
+    )
+    example = Path(__file__).resolve().parents[1] / "examples" / "fixed_priority_arbiter"
+    env = {**os.environ, "RTLREWARD_PLUGINS": "folder,format,safety", "RTLREWARD_CACHE_DIR": str(tmp_path)}
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rtlreward",
+            "score",
+            str(example),
+            "--completion",
+            str(example / "completions" / "correct.txt"),
+            "--profile",
+            str(profile),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["total"] == pytest.approx(1.0) and set(data["stages"]) == {"format", "safety"}
 
 
 def test_tracing_prints_hook_calls_and_registrations(monkeypatch, capsys):
@@ -41,7 +78,7 @@ def test_tracing_prints_hook_calls_and_registrations(monkeypatch, capsys):
     reg.combiners()
     reg.reward_computed(h.task(), h.cand("x"), None)
     err = capsys.readouterr().err
-    assert "[rtlreward trace] call rtlreward_register_combiners of combiners" in err
+    assert "[rtlreward trace] call rtlreward_register_combiners of core" in err
     assert "register combiner 'weighted'" in err
     assert "rtlreward_reward_computed" in err
     monkeypatch.delenv("RTLREWARD_TRACE_PLUGINS")
@@ -98,7 +135,7 @@ def test_cli_with_a_broken_plugin_warns_without_a_traceback(broken_dist):
     assert "warning:" in res.stderr and "broken_test" in res.stderr and "needs libfoo" in res.stderr
     data = json.loads(res.stdout)
     assert "needs libfoo" in data["errors"]["broken_test"]
-    assert "combiners" in {p["name"] for p in data["plugins"]}
+    assert "core" in {p["name"] for p in data["plugins"]}
 
 
 def test_a_plugin_failing_to_add_commands_does_not_stop_the_others():

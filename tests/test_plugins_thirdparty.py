@@ -71,7 +71,8 @@ def test_docs_plugin_is_listed_scores_and_is_gone_after_uninstall(installed, tmp
         "name": "linebudget",
         "version": "1",
         "requires": ["format"],
-        "weight": 0.2,
+        "provides": [],
+        "needs": ["files"],
     }
     assert ("profile", "shaped-concise") in regs
     assert "linebudget" in cli("plugins").stdout
@@ -124,8 +125,8 @@ def test_docs_plugin_is_listed_scores_and_is_gone_after_uninstall(installed, tmp
     assert ph.ENTRY not in listed(
         cli("plugins", "--json", env={"RTLREWARD_DISABLE_PLUGINS": ph.ENTRY}).stdout
     )
-    only = listed(cli("plugins", "--json", env={"RTLREWARD_PLUGINS": f"{ph.ENTRY},combiners"}).stdout)
-    assert set(only) == {ph.ENTRY, "combiners"}
+    only = listed(cli("plugins", "--json", env={"RTLREWARD_PLUGINS": f"{ph.ENTRY},folder"}).stdout)
+    assert set(only) == {ph.ENTRY, "folder", "core"}
 
     res = ph.pip("uninstall", "-y", "-q", ph.DIST)
     assert res.returncode == 0, res.stderr

@@ -108,11 +108,11 @@ def test_detect_and_source_forms(tmp_path):
 
 
 def test_default_source_and_helpful_error(tmp_path, monkeypatch):
-    import rtlreward_verilog_eval.simrun as simrun
+    import rtlreward_hdl.data as data
 
     ds = RtllmDataset()
     assert len(ds.load(limit=1)) == 1  # ../shared/data/rtllm beside the project
-    monkeypatch.setattr(simrun, "project_root", lambda: tmp_path / "nowhere" / "project")
+    monkeypatch.setattr(data, "project_root", lambda: tmp_path / "nowhere" / "project")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("RTLREWARD_RTLLM", raising=False)
     with pytest.raises(ValueError) as err:

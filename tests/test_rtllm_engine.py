@@ -69,7 +69,8 @@ def test_eval_command_with_a_path_and_completions(tmp_path):
         env={**os.environ, "RTLREWARD_CACHE_DIR": str(tmp_path / "cache")},
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = [json.loads(line) for line in (tmp_path / "c.results.jsonl").read_text().splitlines()]
+    out = tmp_path / "results" / "c.rtllm.shaped.jsonl"  # results/<completions>.<dataset>.<profile>.jsonl
+    rows = [json.loads(line) for line in out.read_text().splitlines()[1:]]  # after the settings header
     by = {(r["id"], r["sample"]): r for r in rows}
     assert by[("adder_8bit", 0)]["passed"] and by[("accu", 0)]["passed"]
     assert not by[("adder_8bit", 1)]["passed"] and by[("accu", 1)]["reward"] == 0.0

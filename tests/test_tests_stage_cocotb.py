@@ -1,5 +1,5 @@
-"""The `tests` stage and the `cocotb` harness runner with real cocotb + Icarus: partial credit from the JUnit XML,
-crashes never pass, per-test messages as diagnostics, seeds reach harness code."""
+"""The `tests` stage and the `cocotb` harness runner with real cocotb + Icarus: partial credit from the signed test
+record (rtlreward.verdict), crashes never pass, per-test messages as diagnostics, seeds reach harness code."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from hdl_stage_helpers import completion, example_task, make_ctx
 from rtlreward.model import Harness, Status
 from rtlreward.sandbox.local import LocalExecutor
 from rtlreward.seeding import seed_env
-from rtlreward_cocotb import TestsStage, parse_junit
+from rtlreward_cocotb import parse_junit
 from rtlreward_format.extract import extract
+from rtlreward_tests import TestsStage
 
 ARB = "fixed_priority_arbiter"
 SRC = "rtl/fixed_priority_arbiter.sv"
@@ -88,16 +89,17 @@ def _with_harness(task, text: str):
 
 
 def test_simulator_killed_mid_run_is_never_a_pass(task, executor, tmp_path):
-    # The simulator process exits 0 before cocotb writes results: no XML, so no credit.
+    # The simulator process exits 0 before cocotb's regression ends: no signed record, so an error, no credit.
     harness = "import os\nimport cocotb\n\n\n@cocotb.test()\nasync def test_exits(dut):\n    os._exit(0)\n"
     r = run_tests(_with_harness(task, harness), task.reference, tmp_path, executor)
-    assert r.status is Status.FAILED and r.score == 0.0
-    assert r.diagnostics[0].code == "no-results"
+    assert r.status is Status.ERROR and r.score == 0.0
+    assert r.diagnostics[0].code == "no-record"
 
 
 def test_harness_import_error_is_reported(task, executor, tmp_path):
+    # A test module that does not import is the harness's fault: an error (never cached), with the cause.
     r = run_tests(_with_harness(task, "import no_such_module_here\n"), task.reference, tmp_path, executor)
-    assert r.status is Status.FAILED and r.score == 0.0
+    assert r.status is Status.ERROR and r.score == 0.0
     assert "no_such_module_here" in r.diagnostics[0].message
 
 

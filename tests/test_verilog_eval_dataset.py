@@ -108,12 +108,12 @@ def test_detect_and_source_forms(tmp_path):
 
 
 def test_default_source_and_helpful_error(tmp_path, monkeypatch):
-    import rtlreward_verilog_eval.simrun as simrun
+    import rtlreward_hdl.data as data
 
     ds = VerilogEvalDataset()
     assert len(ds.load(limit=2)) == 2  # found at ../shared/data/verilog-eval beside the project
     monkeypatch.setenv("RTLREWARD_VERILOG_EVAL", str(VE_DATA))
-    monkeypatch.setattr(simrun, "project_root", lambda: tmp_path / "nowhere" / "project")
+    monkeypatch.setattr(data, "project_root", lambda: tmp_path / "nowhere" / "project")
     monkeypatch.chdir(tmp_path)
     assert len(ds.load(limit=1)) == 1  # the environment variable
     monkeypatch.delenv("RTLREWARD_VERILOG_EVAL")

@@ -81,6 +81,6 @@ def test_eval_command_scores_the_references(tmp_path):
         env={**os.environ, "RTLREWARD_CACHE_DIR": str(tmp_path / "cache")},
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = [json.loads(line) for line in out.read_text().splitlines()[1:]]  # after the settings header
     assert sorted(r["id"] for r in rows) == sorted(IDS.split(","))
     assert all(r["passed"] and r["reward"] == pytest.approx(1.6) for r in rows)

@@ -7,9 +7,9 @@ import pytest
 from verilog_eval_helpers import VE_DATA, run_harness
 
 from rtlreward.model import Status
+from rtlreward_hdl.simrun import control_tasks, split_tagged, tag_testbench
 from rtlreward_verilog_eval.dataset import VerilogEvalDataset
 from rtlreward_verilog_eval.runner import analyze
-from rtlreward_verilog_eval.simrun import control_tasks, split_tagged, tag_testbench
 
 ANSWER = "TopModule.sv"
 
@@ -147,7 +147,7 @@ def test_zero_delay_loop_hits_the_time_limit(ve, tmp_path):
             "module TopModule(output zero); assign zero = 1;\n"
             'initial $display("Mismatches: 0 in 20 samples");\n'
             'final $display("Mismatches: 0 in 20 samples");\nendmodule\n',
-            "mismatches",
+            "verilog_eval.mismatch",
         ),
         (  # reads the reference instance's output through an upward hierarchical name
             "upward-read",
@@ -187,3 +187,24 @@ def test_answers_cannot_forge_the_verdict(ve, tmp_path, name, text, code):
     assert r.status is Status.FAILED, name
     assert r.score == 0.0
     assert r.diagnostics[0].code == code
+
+
+def test_macros_the_answer_defines_do_not_reach_the_testbench(ve, tmp_path):
+    """Icarus preprocesses the whole build in one macro space. A testbench branch that an answer's `define could
+    select (here a synthetic one that declares a pass) must see the answer's macros undefined."""
+    import attrs
+
+    t = ve["Prob001_zero"]
+    tb_name = t.harness.options["testbench"][0]
+    tb = t.harness.files[tb_name].replace(
+        "module tb();",
+        'module tb();\n`ifdef ANSWER_SAYS_PASS\n  initial begin $display("Mismatches: 0 in 1 samples"); '
+        "$finish; end\n`endif",
+        1,
+    )
+    rigged = attrs.evolve(t, harness=attrs.evolve(t.harness, files={**t.harness.files, tb_name: tb}))
+    wrong = "`define ANSWER_SAYS_PASS\n" + t.reference[ANSWER].replace("1'b0", "1'b1")
+    r = run_harness(rigged, {ANSWER: wrong}, tmp_path / "w")
+    assert r.status is Status.FAILED and r.metrics["mismatches"] > 0
+    right = run_harness(rigged, {ANSWER: "`define ANSWER_SAYS_PASS\n" + t.reference[ANSWER]}, tmp_path / "r")
+    assert right.status is Status.PASSED

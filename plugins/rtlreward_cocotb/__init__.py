@@ -1,10 +1,13 @@
-"""The `tests` stage and the `cocotb` harness runner.
+"""The `cocotb` harness runner: runs a task's cocotb tests (Icarus by default, Verilator on request) for the
+`tests` stage (plugins/rtlreward_tests), which dispatches to it for tasks whose `harness.kind == "cocotb"`.
 
-The stage knows nothing about simulators: it hands the candidate to the harness runner registered for
-`task.harness.kind` (cocotb here; cvdp, verilog-eval, rtllm come from their own plugins). Score = tests passed /
-tests run; only "every test passed" is a pass. A crash, a missing results file or a timeout is failed/timeout
-with a diagnostic, never a pass: verdicts are read from cocotb's JUnit XML, never from log text a design can
-print.
+Score = tests passed / tests run; only "every test passed" is a pass. The verdict comes only from the record
+rtlreward's verdict probe signs inside the simulator at the end of cocotb's regression, before the design's
+`final` blocks can run (`rtlreward.verdict`, hook `rtlreward_hdl/probe/rtlreward_cocotb_probe.py`), checked
+against the test functions the harness's test module defines. cocotb's results XML, the driver's status file, the
+exit code and log text are the design's to write and decide nothing: a simulation that ran without leaving an
+authentic, complete record is an `error` (never a pass, never cached). A build that failed before the simulator
+started (no design code ran yet) is `failed` with the tool's errors; a timeout is `timeout`.
 """
 
 from __future__ import annotations
@@ -23,66 +26,21 @@ import attrs
 from rtlreward import hookimpl
 from rtlreward.model import Diagnostic, StageResult, Status
 from rtlreward.seeding import seed_env
-from rtlreward.stage import Stage, StageContext, UnsafePath, safe_relpath, write_files
-from rtlreward_iverilog.hdl import compile_sources, summarise, toplevel, unsafe_includes
+from rtlreward.stage import StageContext, UnsafePath, safe_relpath, write_files
+from rtlreward.verdict import Channel, Received, Trust, probe_env
+from rtlreward_hdl.files import compile_sources, summarise, toplevel, unsafe_includes
+from rtlreward_hdl.icarus import iverilog_version, parse_iverilog
+from rtlreward_hdl.probes import COCOTB_HOOK, check_cocotb, defined_tests, probe_dirs
+from rtlreward_hdl.verilator import VerilatorNotFound, parse_verilator, verilator_bin_dir, verilator_version
 
-__all__ = ["CocotbRunner", "TestCase", "TestsStage", "parse_junit"]
+__all__ = ["CocotbRunner", "TestCase", "parse_junit"]
 
-STAGE = "tests"
+STAGE = "tests"  # the stage whose results this runner produces
+VERSION = "1"
 # Icarus defaults to 1 s units: a harness clock in ns would not tick. Tasks may set their own.
 DEFAULT_TIMESCALE = "1ns/1ps"
 # Answer files never written next to the harness: Python the test process would import instead of the harness's.
 _NO_ANSWER_EXTS = (".py", ".pyc", ".pth", ".so", ".pyd")
-
-
-class TestsStage(Stage):
-    name = STAGE
-    version = "1"
-    requires = ("compile",)
-    weight = 1.0
-    description = "run the task's harness (cocotb by default): score = tests passed / tests run"
-    default_timeout = 60.0
-
-    def tool_versions(self) -> dict[str, str]:
-        from rtlreward_iverilog import iverilog_version
-        from rtlreward_verilator import verilator_version
-
-        return {
-            "cocotb": _version("cocotb"),
-            "iverilog": iverilog_version(),
-            "verilator": verilator_version(),
-        }
-
-    def run(self, ctx: StageContext) -> StageResult:
-        harness = ctx.task.harness
-        if harness is None:
-            d = Diagnostic("the task has no test harness", code="no-harness", severity="info")
-            return self.result(Status.SKIPPED, 0.0, diagnostics=[d])
-        registry = ctx.registry
-        if registry is None:
-            from rtlreward.plugins import get_registry
-
-            registry = get_registry()
-        runner = registry.harnesses().get(harness.kind)
-        if runner is None:
-            known = ", ".join(sorted(registry.harnesses())) or "none"
-            d = Diagnostic(
-                f"no harness runner for kind {harness.kind!r} (known: {known}); install the plugin that provides it",
-                code="no-harness-runner",
-            )
-            return self.result(Status.SKIPPED, 0.0, diagnostics=[d], feedback="")
-        res = runner.run(ctx)
-        # Whatever the runner says, a pass needs a positive count of tests that all passed.
-        if res.status is Status.PASSED:
-            passed, total = res.metrics.get("tests_passed"), res.metrics.get("tests_total")
-            if not total or passed != total:
-                d = Diagnostic(
-                    "the harness reported a pass without a complete test count", code="no-test-count"
-                )
-                res = attrs.evolve(res, status=Status.ERROR, score=0.0, diagnostics=(*res.diagnostics, d))
-        if res.name != self.name or res.version != self.version:
-            res = attrs.evolve(res, name=self.name, version=self.version)
-        return res
 
 
 @attrs.frozen
@@ -168,6 +126,14 @@ class CocotbRunner:
 
     kind = "cocotb"
 
+    def tool_versions(self) -> dict[str, str]:
+        """What the verdict depends on besides the files: part of the `tests` stage's cache key."""
+        return {
+            "cocotb": _version("cocotb"),
+            "iverilog": iverilog_version(),
+            "verilator": verilator_version(),
+        }
+
     def run(self, ctx: StageContext) -> StageResult:
         t = ctx.task
         h = t.harness
@@ -187,6 +153,9 @@ class CocotbRunner:
         bad = unsafe_includes(files)
         if bad:
             return _result(Status.FAILED, 0, 0, bad, summarise(bad))
+        for rel in files:  # a folder used before holds read-only harness files (see below)
+            if (root / rel).is_file() and not (root / rel).is_symlink():
+                (root / rel).chmod(0o644)
         write_files(root, files)
 
         top = opts.get("toplevel") or toplevel(t)
@@ -207,8 +176,6 @@ class CocotbRunner:
         path_prepend: list[str] = []
         extra_env: dict[str, str] = {}
         if simulator == "verilator":
-            from rtlreward_verilator import VerilatorNotFound, verilator_bin_dir
-
             try:
                 path_prepend.append(verilator_bin_dir())
             except VerilatorNotFound as e:
@@ -229,9 +196,23 @@ class CocotbRunner:
                 (root / generated).unlink()
             elif (root / generated).exists():
                 shutil.rmtree(root / generated)
+        # The harness's files are read-only for the run: the design (as the sandbox's user, without capabilities)
+        # cannot rewrite a module the tests import later, nor the data they read.
+        harness_paths = {str(safe_relpath(k)) for k in h.files}
+        for rel in harness_paths:
+            (root / rel).chmod(0o444)
         out = root / "_rtlreward"
         out.mkdir()
-        results_xml = out / "results.xml"
+        channel = Channel.open(out, role="cocotb", hooks=(COCOTB_HOOK,))
+        probes = [str(d) for d in probe_dirs()]
+        trust = Trust(
+            dirs=probes,
+            files=Trust.hashed(
+                {k: v for k, v in files.items() if k in harness_paths}, lambda rel: str(root / rel)
+            ),
+            untrusted=[str(ctx.workspace.resolve())],
+        )
+        results_xml = out / "results.xml"  # cocotb's own file: for people, never for the verdict
         status_json = out / "status.json"
         cfg = {
             "simulator": simulator,
@@ -247,20 +228,38 @@ class CocotbRunner:
             "build_args": build_args,
             "parameters": dict(opts.get("parameters") or {}),
             "seed": ctx.seed % (1 << 32),
-            "extra_env": extra_env,
+            # only the simulator gets the key: the driver (and the build) never start the probe
+            "extra_env": {**extra_env, **channel.env(trust)},
         }
         (out / "config.json").write_text(json.dumps(cfg))
         driver = out / "driver.py"
         driver.write_text((Path(__file__).parent / "driver.py").read_text())
-        env = seed_env(ctx.seed, base_pythonpath=[str(test_dir)], site_dir=out / "site")
+        env = seed_env(ctx.seed, base_pythonpath=[*probes, str(test_dir)], site_dir=out / "site")
+        env.update(probe_env())
         env.update(extra_env)
-        res = ctx.run(
-            [ctx.python, str(driver), str(out / "config.json")], cwd=root, env=env, path_prepend=path_prepend
-        )
-        return self._verdict(ctx, res, results_xml, status_json, root)
+        try:
+            res = ctx.run(
+                [ctx.python, str(driver), str(out / "config.json")],
+                cwd=root,
+                env=env,
+                path_prepend=path_prepend,
+                read_only=[Path(p) for p in probes],
+            )
+            received = channel.receive()
+        finally:
+            channel.close()
+        module_text = files.get(str(safe_relpath(module_file))) if module_file else None
+        return self._verdict(ctx, res, received, module, module_text, status_json, root)
 
     def _verdict(
-        self, ctx: StageContext, res, results_xml: Path, status_json: Path, root: Path
+        self,
+        ctx: StageContext,
+        res,
+        received: Received,
+        module: str,
+        module_text: str | None,
+        status_json: Path,
+        root: Path,
     ) -> StageResult:
         metrics_extra = {"seed": ctx.seed % (1 << 32)}
         if res.timed_out:
@@ -270,37 +269,51 @@ class CocotbRunner:
                 code="timeout",
             )
             return _result(Status.TIMEOUT, 0, 0, [d], d.message, metrics_extra)
-        st = _read_status(status_json)
-        phase = st.get("phase", "start")
-        if phase in ("setup", "build", "start") and not results_xml.exists():
+        if not received.started:
+            # The simulator never took its key, so no design code ran: the driver's status file is still ours.
+            st = _read_status(status_json)
+            phase = st.get("phase", "start")
             msg = st.get("message") or f"the harness driver exited with code {res.returncode}"
-            what = (
-                "the design did not build for simulation" if phase == "build" else "the harness did not start"
-            )
-            d = Diagnostic(f"{what}: {_clean(msg, root)}", code=f"{phase}-failed")
-            tool = _build_diagnostics(res.output, root) if phase == "build" else []
-            fb = summarise([d, *tool])
-            return _result(
-                Status.FAILED if phase == "build" else Status.ERROR, 0, 0, [d, *tool], fb, metrics_extra
-            )
-        if not results_xml.exists():
+            if phase == "build":
+                d = Diagnostic(
+                    f"the design did not build for simulation: {_clean(msg, root)}", code="build-failed"
+                )
+                tool = _build_diagnostics(res.output, root)
+                return _result(Status.FAILED, 0, 0, [d, *tool], summarise([d, *tool]), metrics_extra)
             hint = _last_error(res.output, root)
             d = Diagnostic(
-                f"the simulator ended without writing test results (exit code {res.returncode}): the simulation "
-                "crashed, or the harness could not start" + (f" ({hint})" if hint else ""),
-                code="no-results",
+                f"the simulator did not start ({phase}): {_clean(msg, root)}"
+                + (f" ({hint})" if hint else ""),
+                code="not-started",  # the environment's (results row: tests.not_started), never test-failed
+                fields={"phase": phase},
             )
-            return _result(Status.FAILED, 0, 0, [d], d.message, metrics_extra)
+            return _result(Status.ERROR, 0, 0, [d], d.message, metrics_extra)
+        if not received.authentic:
+            hint = _last_error(res.output, root)
+            d = Diagnostic(
+                f"the simulation ended without an authentic test record ({received.problem}; simulator exit code "
+                f"{res.returncode}): the simulator crashed, the harness did not start, or the design destroyed the "
+                "record" + (f" ({hint})" if hint else ""),
+                code="no-record",
+            )
+            return _result(Status.ERROR, 0, 0, [d], d.message, metrics_extra)
         try:
-            cases = parse_junit(results_xml)
-        except ValueError as e:
-            d = Diagnostic(str(e), code="bad-results")
-            return _result(Status.FAILED, 0, 0, [d], d.message, metrics_extra)
+            defined = {module: defined_tests(module_text)} if module_text is not None else {}
+        except SyntaxError as e:
+            d = Diagnostic(f"the harness's test module {module} does not parse: {e}", code="bad-harness")
+            return _result(Status.ERROR, 0, 0, [d], d.message, metrics_extra)
+        run = check_cocotb(received.payload, defined)
+        if run.problem:
+            d = Diagnostic(
+                f"the simulation's test record is incomplete: {run.problem}", code="incomplete-record"
+            )
+            return _result(Status.ERROR, 0, 0, [d], d.message, metrics_extra)
+        cases = run.cases
         ran = [c for c in cases if not c.skipped]
         passed = [c for c in ran if c.passed]
         failed = [c for c in ran if not c.passed]
         if not ran:
-            d = Diagnostic("no test ran (the harness found no cocotb tests)", code="no-tests")
+            d = Diagnostic("no test ran (every cocotb test of the harness was skipped)", code="no-tests")
             return _result(Status.FAILED, 0, 0, [d], d.message, metrics_extra)
         diags = [
             Diagnostic(f"{c.name}: {_clean(c.message, root) or 'failed'}", code="test-failed") for c in failed
@@ -339,15 +352,12 @@ def _result(
         metrics={"tests_passed": passed, "tests_total": total, **(extra or {})},
         diagnostics=tuple(diags),
         feedback=feedback,
-        version=TestsStage.version,
+        version=VERSION,
     )
 
 
 def _build_diagnostics(output: str, root: Path) -> list[Diagnostic]:
     """The simulator's own compile errors (Icarus or Verilator format), so a build failure names file:line."""
-    from rtlreward_iverilog import parse_iverilog
-    from rtlreward_verilator import parse_verilator
-
     diags = [d for d in parse_verilator(output, root) if d.severity == "error"]
     diags += [d for d in parse_iverilog(output, root) if d.severity == "error" and d.file]
     return diags[:10]
@@ -374,11 +384,6 @@ def _last_error(output: str, root: Path) -> str:
         if m:
             return _clean(f"{m.group(1)}: {m.group(2)}", root, 200)
     return ""
-
-
-@hookimpl
-def rtlreward_register_stages(register):
-    register(TestsStage())
 
 
 @hookimpl

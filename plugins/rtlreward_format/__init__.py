@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rtlreward import hookimpl
 from rtlreward.model import Diagnostic, StageResult, Status
-from rtlreward.stage import Stage, StageContext
+from rtlreward.stage import FILES, Stage, StageContext
 
 from .extract import MAX_REPLY_CHARS, ReplyError, expected_modules, extract, pass_through
 
@@ -26,7 +26,8 @@ class FormatStage(Stage):
     name = "format"
     version = "1"
     requires = ()
-    weight = 0.1
+    provides = (FILES,)  # the engine hands these files (restricted to the task's answer paths) to every stage
+    needs = ()  # it reads the raw candidate
     description = "extract the answer's files from the reply (fences, <think>, CVDP JSON, headers, bare code)"
 
     def run(self, ctx: StageContext) -> StageResult:

@@ -17,11 +17,11 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from rtlreward.model import Task
+from rtlreward_hdl.files import strip_comments
 
 MAX_REPLY_CHARS = 1_000_000
 MAX_MERGED_BLOCKS = 64
 
-HDL_EXTS = (".sv", ".v", ".svh", ".vh", ".vhd", ".vhdl", ".svi", ".inc", ".mem", ".hex")
 _PATH_TOKEN = r"[\w./-]+\.(?:sv|v|svh|vh|vhd|vhdl|svi|inc|mem|hex)"
 PATH_RE = re.compile(rf"(?<![\w./-])({_PATH_TOKEN})(?![\w-])")
 FENCE_OPEN_RE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([^\s`]*)[^\n`]*$")
@@ -45,7 +45,7 @@ class Block:
     modules: list[str] = attrs.field(factory=list)  # the modules the block declares
 
     def __attrs_post_init__(self) -> None:
-        self.modules = MODULE_RE.findall(_strip_comments(self.body))
+        self.modules = MODULE_RE.findall(strip_comments(self.body))
 
 
 @attrs.define
@@ -59,11 +59,6 @@ class Extraction:
     warnings: list[str] = attrs.field(factory=list)
     declared: list[str] = attrs.field(factory=list)  # modules declared anywhere in the reply
     merged: int = 0  # blocks appended because the chosen block instantiates the modules they declare
-
-
-def _strip_comments(text: str) -> str:
-    text = re.sub(r"/\*.*?(\*/|\Z)", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
-    return re.sub(r"//[^\n]*", "", text)
 
 
 def check_reply(text: str | None, max_chars: int = MAX_REPLY_CHARS) -> str:
@@ -217,7 +212,7 @@ def _json_files(obj: object) -> dict[str, str] | None:
 def bare_code(text: str) -> tuple[str | None, bool]:
     """Code with no fences: from the first line that starts Verilog (a directive or `module`) to the last
     `endmodule`; a module with no `endmodule` is a truncated reply."""
-    stripped = _strip_comments(text)
+    stripped = strip_comments(text)
     m = MODULE_RE.search(stripped)
     if not m:
         return None, False
@@ -239,7 +234,7 @@ def expected_modules(task: Task, path: str, n_expected: int) -> list[str]:
     names: list[str] = []
     ref = (task.reference or {}).get(path)
     if ref:
-        names += MODULE_RE.findall(_strip_comments(ref))
+        names += MODULE_RE.findall(strip_comments(ref))
     if n_expected == 1:
         if task.toplevel:
             names.append(task.toplevel)
@@ -247,7 +242,7 @@ def expected_modules(task: Task, path: str, n_expected: int) -> list[str]:
             names.append(task.interface.module)
         if task.reference and not ref:
             for text in task.reference.values():
-                names += MODULE_RE.findall(_strip_comments(text))
+                names += MODULE_RE.findall(strip_comments(text))
     stem = posixpath.splitext(posixpath.basename(path))[0]
     if stem and (n_expected > 1 or not names):
         names.append(stem)
@@ -345,7 +340,7 @@ def extract(text: str, task: Task, expected: Sequence[str], max_chars: int = MAX
                 ex.how[path] = "bare"
                 ex.truncated |= cut
                 del ex.missing[path]
-                for m in MODULE_RE.findall(_strip_comments(code)):
+                for m in MODULE_RE.findall(strip_comments(code)):
                     if m not in ex.declared:
                         ex.declared.append(m)
     _merge_submodules(ex, task, expected, code_blocks, used)
@@ -366,7 +361,7 @@ def _merge_submodules(
         changed = True
         while changed and ex.merged < MAX_MERGED_BLOCKS:  # bounded: a hostile reply can chain thousands
             changed = False
-            body = _strip_comments(ex.files[path])
+            body = strip_comments(ex.files[path])
             declared = set(MODULE_RE.findall(body))
             words = set(re.findall(r"[A-Za-z_]\w*", body))
             for b in blocks:

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from rtlreward.model import Harness, Task
-from rtlreward_verilog_eval.simrun import default_source, strip_comments
+from rtlreward_hdl.data import default_source
+from rtlreward_hdl.files import strip_comments
 
 __all__ = ["DATASET", "KNOWN_REFERENCE_FAILURES", "RtllmDataset", "find_designs", "parse_testbench"]
 

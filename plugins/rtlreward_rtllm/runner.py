@@ -13,7 +13,7 @@ import re
 
 from rtlreward.model import Diagnostic, StageResult, Status
 from rtlreward.stage import StageContext
-from rtlreward_verilog_eval.simrun import SimRun, clean_line, ended_result, run_testbench, tests_result
+from rtlreward_hdl.simrun import SimRun, clean_line, ended_result, run_testbench, tests_result
 
 __all__ = ["PRELUDE", "RtllmRunner", "parse_verdict"]
 

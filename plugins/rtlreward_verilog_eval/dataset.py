@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rtlreward.model import Harness, Task
-
-from .simrun import default_source
+from rtlreward_hdl.data import default_source
 
 __all__ = [
     "DATASET",

@@ -18,8 +18,7 @@ import attrs
 
 from rtlreward.model import Diagnostic, StageResult, Status
 from rtlreward.stage import StageContext
-
-from .simrun import SimRun, clean_line, ended_result, run_testbench, tests_result
+from rtlreward_hdl.simrun import SimRun, clean_line, ended_result, run_testbench, tests_result
 
 __all__ = ["COMPILE_FLAGS", "VerilogEvalRunner", "analyze"]
 
@@ -148,16 +147,27 @@ class VerilogEvalRunner:
         metrics = {"verilog_eval_code": code, "mismatches": n, "samples": m}
         if code == ".":
             if not m:
-                d = Diagnostic("the testbench compared no samples", code="no-samples")
+                d = Diagnostic("the testbench compared no samples", code="verilog_eval.no_samples")
                 return tests_result(Status.FAILED, 0, 0, [d], d.message, metrics)
             return tests_result(Status.PASSED, m, m, [], "", metrics)
         if code in ("R", "r") and n is not None and m:
+            # One spelling for the run's verdict (`verilog_eval.mismatch`, counts as fields) and one for each
+            # output the testbench names (`verilog_eval.output_mismatch`, the signal as a field).
             diags = [
-                Diagnostic(clean_line(hint, run.root), code="mismatch")
+                Diagnostic(
+                    clean_line(hint, run.root), code="verilog_eval.output_mismatch", fields=_hint_fields(hint)
+                )
                 for hint in hints
                 if "has no mismatches" not in hint and not hint.startswith("Total mismatched")
             ]
-            diags.insert(0, Diagnostic(f"{n} of {m} samples mismatch the reference", code="mismatches"))
+            diags.insert(
+                0,
+                Diagnostic(
+                    f"{n} of {m} samples mismatch the reference",
+                    code="verilog_eval.mismatch",
+                    fields={"mismatches": n, "samples": m},
+                ),
+            )
             feedback = "\n".join(d.message for d in diags[:6])
             return tests_result(Status.FAILED, max(0, m - n), m, diags, feedback, metrics)
         if code in ("R", "r"):
@@ -166,19 +176,33 @@ class VerilogEvalRunner:
                 "the testbench printed no verdict (the simulation crashed or ended before the testbench's final "
                 f"report; exit code {run.sim.returncode if run.sim else '?'})"
             )
-            diags = [Diagnostic(msg, code="no-verdict")] + [
-                Diagnostic(ln, severity="info", code="output") for ln in tail
+            diags = [Diagnostic(msg, code="verilog_eval.no_verdict")] + [
+                Diagnostic(ln, severity="info", code="verilog_eval.output") for ln in tail
             ]
             return tests_result(Status.FAILED, 0, 0, diags, msg, metrics)
         # A rule of the official analyzer failed the run, whatever the mismatch count.
         detail = [
-            Diagnostic(clean_line(ln, run.root), severity="info", code="log")
+            Diagnostic(clean_line(ln, run.root), severity="info", code="verilog_eval.log")
             for ln, _ in compile_lines + sim_lines
             if _rule_line(ln, code)
         ][:5]
         msg = f"VerilogEval scores this '{code}' ({CODES.get(code, code)}): {why}"
-        d = Diagnostic(msg, code=f"verilog-eval-{code}")
+        d = Diagnostic(msg, code="verilog_eval.rule", fields={"rule": code, "meaning": CODES.get(code, code)})
         return tests_result(Status.FAILED, 0, m or 0, [d, *detail], msg, metrics)
+
+
+_HINT_RE = re.compile(r"Output '([^']+)' has (\d+) mismatches(?:\. First mismatch occurred at time (\d+))?")
+
+
+def _hint_fields(hint: str) -> dict[str, object]:
+    """`Output 'out' has 3 mismatches. First mismatch occurred at time 20.` as structured fields."""
+    m = _HINT_RE.search(hint)
+    if not m:
+        return {}
+    fields: dict[str, object] = {"signal": m.group(1), "mismatches": int(m.group(2))}
+    if m.group(3):
+        fields["first_time"] = int(m.group(3))
+    return fields
 
 
 def _rule_line(line: str, code: str) -> bool:

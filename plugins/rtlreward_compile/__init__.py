@@ -6,67 +6,30 @@ plus context HDL under rtl/). Diagnostics carry Icarus's file and line so a mode
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
+from typing import ClassVar
 
 from rtlreward import hookimpl
 from rtlreward.model import Diagnostic, StageResult, Status
 from rtlreward.stage import Stage, StageContext
-
-from .hdl import (
-    OUTSIDE_MESSAGE,
+from rtlreward_hdl.files import (
     compile_sources,
     include_dirs,
     materialise,
-    relative_file,
     summarise,
     toplevel,
     unsafe_includes,
 )
+from rtlreward_hdl.icarus import iverilog_version, parse_iverilog
 
-__all__ = ["CompileStage", "iverilog_version", "parse_iverilog"]
-
-_LINE_RE = re.compile(r"^(\S[^:\n]*?):(\d+):\s*(?:(error|warning|sorry):\s*)?(.*)$")
-
-
-def iverilog_version() -> str:
-    """Identifies the installed Icarus without running it (a stage runs tools only through the sandbox)."""
-    exe = shutil.which("iverilog")
-    if not exe:
-        return "missing"
-    st = os.stat(exe)
-    return f"{os.path.realpath(exe)}:{st.st_size}:{int(st.st_mtime)}"
-
-
-def parse_iverilog(output: str, root) -> list[Diagnostic]:
-    """`file:line: error: msg`, `file:line: syntax error`, `file:line: warning: msg` as diagnostics; other
-    lines ("I give up.", notes without a severity) are dropped or kept as info."""
-    diags: list[Diagnostic] = []
-    for raw in output.splitlines():
-        m = _LINE_RE.match(raw.strip())
-        if not m:
-            continue
-        file, line, sev, msg = m.groups()
-        msg = msg.strip()
-        if sev is None:
-            sev = "error" if "error" in msg.lower() else "info"
-        elif sev == "sorry":
-            sev = "error"
-            msg = f"unsupported by Icarus: {msg}"
-        rel = relative_file(file, root)
-        if rel is None:
-            diags.append(Diagnostic(OUTSIDE_MESSAGE, severity=sev))
-            continue
-        diags.append(Diagnostic(msg, file=rel, line=int(line), severity=sev))
-    return diags
+__all__ = ["CompileStage"]
 
 
 class CompileStage(Stage):
     name = "compile"
     version = "1"
+    # Stable codes of this stage's own ids in results rows (rtlreward.codes).
+    codes: ClassVar[dict[str, str]] = {"compile-failed": "error"}
     requires = ("safety",)
-    weight = 0.0  # counted through the `syntax` component of the seed/shaped profiles
     description = "Icarus iverilog -g2012 elaborates the answer with the harness's sources (gate)"
     default_timeout = 30.0
 

@@ -1,4 +1,4 @@
-"""What the HDL stages (lint, compile, tests) share: which files elaborate together, writing them into a stage's
+"""What the HDL stages (lint, compile, tests, ...) share: the file extensions, comment stripping, which files elaborate together, writing them into a stage's
 folder, refusing includes that leave the workspace, and keeping tool messages about outside files out of
 diagnostics (a tool that reads `/etc/passwd` as Verilog quotes its lines in the error text).
 """
@@ -13,11 +13,45 @@ from pathlib import Path, PurePosixPath
 from rtlreward.model import Diagnostic, Task
 from rtlreward.stage import StageContext, UnsafePath, safe_relpath, write_files
 
-SOURCE_EXTS = (".v", ".sv", ".vlog", ".verilog")
+SOURCE_EXTS = (".v", ".sv", ".vlog", ".verilog", ".vams", ".vp", ".svp")
 HEADER_EXTS = (".vh", ".svh", ".vinc", ".inc", ".svi")
 HDL_EXTS = SOURCE_EXTS + HEADER_EXTS
 
-_COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+
+def strip_comments(text: str, *, keep_strings: bool = True) -> str:
+    """Blank out comments (and string literals unless `keep_strings`) keeping every newline, so line numbers of
+    what remains are the original ones. A small lexer, not a regex, so `//` inside a string stays a string."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "/" and i + 1 < n and text[i + 1] == "/":
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+        elif c == "/" and i + 1 < n and text[i + 1] == "*":
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("".join(ch if ch == "\n" else " " for ch in text[i:j]))
+            i = j
+        elif c == '"':
+            j = i + 1
+            while j < n and text[j] != '"' and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            j = min(j + 1, n) if j < n and text[j] == '"' else j
+            seg = text[i:j]
+            if not keep_strings:  # same length and newlines, quotes kept: offsets stay valid
+                inner = "".join(ch if ch == "\n" else " " for ch in seg[1:])
+                seg = '"' + (inner[:-1] + '"' if seg.endswith('"') and len(seg) > 1 else inner)
+            out.append(seg)
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
 _INCLUDE_RE = re.compile(r'`include\b[ \t]*(?:"([^"\n]*)"|<([^>\n]*)>)')
 
 
@@ -30,7 +64,9 @@ def toplevel(task: Task) -> str | None:
     if task.toplevel:
         return task.toplevel
     if task.harness is not None:
-        return task.harness.options.get("toplevel") or task.harness.options.get("hdl_toplevel")
+        for key in ("toplevel", "TOPLEVEL", "hdl_toplevel"):
+            if task.harness.options.get(key):
+                return str(task.harness.options[key])
     return None
 
 
@@ -87,7 +123,7 @@ def unsafe_includes(files: Mapping[str, str]) -> list[Diagnostic]:
     for rel, text in files.items():
         if not rel.lower().endswith(HDL_EXTS):
             continue
-        clean = _COMMENT_RE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+        clean = strip_comments(text)
         for m in _INCLUDE_RE.finditer(clean):
             target = (m.group(1) or m.group(2) or "").strip()
             parts = target.replace("\\", "/").split("/")

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from rtlreward.model import Interface, Port
+from rtlreward_hdl.files import strip_comments
 
 VIRTUAL_ROOT = "/__rtlreward_virtual__"
 MAX_INCLUDE_DEPTH = 8
@@ -34,40 +35,6 @@ def slang_version() -> str:
     import pyslang
 
     return getattr(pyslang, "__version__", "unknown")
-
-
-def strip_comments(text: str, *, keep_strings: bool = True) -> str:
-    """Blank out comments (and string literals unless `keep_strings`) keeping every newline, so line numbers of
-    what remains are the original ones. A small lexer, not a regex, so `//` inside a string stays a string."""
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "/" and i + 1 < n and text[i + 1] == "/":
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            out.append(" " * (j - i))
-            i = j
-        elif c == "/" and i + 1 < n and text[i + 1] == "*":
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append("".join(ch if ch == "\n" else " " for ch in text[i:j]))
-            i = j
-        elif c == '"':
-            j = i + 1
-            while j < n and text[j] != '"' and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            j = min(j + 1, n) if j < n and text[j] == '"' else j
-            seg = text[i:j]
-            if not keep_strings:  # same length and newlines, quotes kept: offsets stay valid
-                inner = "".join(ch if ch == "\n" else " " for ch in seg[1:])
-                seg = '"' + (inner[:-1] + '"' if seg.endswith('"') and len(seg) > 1 else inner)
-            out.append(seg)
-            i = j
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
 
 
 def declared_modules(text: str) -> list[str]:
@@ -139,17 +106,24 @@ def _rel(path: str) -> str:
     return path[len(prefix) :] if path.startswith(prefix) else path
 
 
-def _bag(include_depth: int):
+def _bag(include_depth: int, defines: Mapping[str, str] | None = None):
     import pyslang
 
     po = pyslang.parsing.PreprocessorOptions()
     po.maxIncludeDepth = include_depth
+    if defines:
+        po.predefines = [f"{k}={v}" for k, v in defines.items()]
     return pyslang.Bag([po])
 
 
-def parse(files: Mapping[str, str], headers: Mapping[str, str] | None = None) -> Parsed:
+def parse(
+    files: Mapping[str, str],
+    headers: Mapping[str, str] | None = None,
+    defines: Mapping[str, str] | None = None,
+) -> Parsed:
     """Parse `files` (each its own syntax tree). `headers` are extra files an include may name (task context,
-    harness, other answer files); they are parsed only when included. No path outside these is ever read."""
+    harness, other answer files); they are parsed only when included. No path outside these is ever read.
+    `defines` are predefined macros (a simulator's own, e.g. `__ICARUS__`)."""
     import pyslang
 
     sm = pyslang.SourceManager()
@@ -162,7 +136,7 @@ def parse(files: Mapping[str, str], headers: Mapping[str, str] | None = None) ->
     # Token pasting can build an `include the rewrite above never saw (`in``clude "/etc/passwd"): with any
     # pasting in sight, no include is followed at all.
     pasting = any("``" in text for text in available.values())
-    bag = _bag(0 if pasting else MAX_INCLUDE_DEPTH)
+    bag = _bag(0 if pasting else MAX_INCLUDE_DEPTH, defines)
     trees = {}
     errors: list[SlangError] = []
     engine = pyslang.DiagnosticEngine(sm)
@@ -181,18 +155,23 @@ def parse(files: Mapping[str, str], headers: Mapping[str, str] | None = None) ->
     return Parsed(trees=trees, source_manager=sm, errors=tuple(errors))
 
 
-def _compilation(parsed: Parsed, tops: Iterable[str]):
+def bounded_compilation(tops: Iterable[str]):
+    """An empty pyslang Compilation for these top modules with the elaboration work bounded: hostile RTL runs in
+    this process, and a huge generate loop or constant must not hang it."""
     import pyslang
 
     opts = pyslang.ast.CompilationOptions()
     opts.topModules = set(tops)
-    # Hostile RTL runs in this process: bound elaboration work so a huge generate or constant cannot hang us.
     opts.maxGenerateSteps = 20000
     opts.maxConstexprSteps = 20000
     opts.maxInstanceArray = 4096
     opts.maxInstanceDepth = 64
     opts.errorLimit = 50
-    comp = pyslang.ast.Compilation(pyslang.Bag([opts]))
+    return pyslang.ast.Compilation(pyslang.Bag([opts]))
+
+
+def _compilation(parsed: Parsed, tops: Iterable[str]):
+    comp = bounded_compilation(tops)
     for tree in parsed.trees.values():
         comp.addSyntaxTree(tree)
     return comp

@@ -12,6 +12,16 @@ Passed"). A design can `$display` the same words, and Verilog lets a module reac
    into the testbench or an instance of the reference module cannot resolve there;
 3. the answer may not end the simulation itself (`$finish`, `$stop`, `$fatal`, `$exit`): the testbench decides
    how many samples are compared.
+
+How this relates to the signed records of `rtlreward.verdict` (the cocotb and CVDP runners): there, harness
+Python signs the results with a key the design cannot read. Here the judge is Verilog in the design's own vvp
+process, so the tag plays the key's part and must stay unreadable: it is in the tagged testbench source and in
+the compiled `.vvp`, both in the workspace. What keeps it secret is that the answer may not touch files at all:
+`control_tasks` refuses every file task (`$fopen`/`$fopenr`/`$fopenw`/`$fopena`, `$fgets`, `$readmemh`, ...)
+on Icarus' own preprocessed text, so a pasted `` $`G `` is seen as the `$fgets` it becomes. The guarantee holds
+as long as that check does, with or without the safety stage: `tests/test_verdict_channel.py` runs a design that
+prints the verdict line, one that reads the tagged testbench (`$fopenr` and a pasted `$fgets`) and one that
+writes files.
 """
 
 from __future__ import annotations
@@ -27,52 +37,26 @@ import attrs
 from rtlreward.model import Diagnostic, StageResult, Status
 from rtlreward.sandbox import CommandResult
 from rtlreward.stage import StageContext, UnsafePath, safe_relpath, write_files
+from rtlreward_hdl.files import SOURCE_EXTS, strip_comments, unsafe_includes
+from rtlreward_hdl.icarus import parse_iverilog
+from rtlreward_hdl.preprocess import FILE_NAMES, ICARUS, OUTSIDE_NAMES, hdl_files, include_problems, scan
 
 __all__ = [
     "SimRun",
     "control_tasks",
-    "default_source",
     "run_testbench",
     "split_tagged",
-    "strip_comments",
     "tag_testbench",
     "tests_result",
 ]
 
 STAGE = "tests"
-_HDL_SOURCE_EXTS = (".v", ".sv", ".vlog", ".verilog")
 # Files an answer never contributes next to the testbench (tools would pick them up instead of ours).
 _NO_ANSWER_EXTS = (".py", ".pyc", ".pth", ".so", ".pyd", ".vvp")
 
 _DISPLAY_RE = re.compile(r"(\$(?:display|write|strobe|monitor)[bho]?)(\s*\(\s*)(\)|\")?")
-_SIM_CONTROL = ("finish", "stop", "fatal", "exit")
-_FILE_TASKS = ("readmemh", "readmemb", "fopen", "fread", "fscanf", "fgets", "fgetc", "writememh", "writememb")
-_CONTROL_RE = re.compile(rf"(?<![\w$])\$({'|'.join(_SIM_CONTROL + _FILE_TASKS)})\b")
-_COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
-
-
-# -- where the data lives --------------------------------------------------------------------------------------
-def project_root() -> Path:
-    """The checkout rtlreward runs from (editable install): `../shared` beside it holds the benchmark data."""
-    import rtlreward
-
-    return Path(rtlreward.__file__).resolve().parents[1]
-
-
-def default_source(name: str, env_var: str) -> tuple[Path | None, list[Path]]:
-    """Where a benchmark's files are when no `source` was given: `$<env_var>`, then `../shared/data/<name>`
-    beside the project root, then beside the working directory. Returns (found or None, places looked)."""
-    looked: list[Path] = []
-    env = os.environ.get(env_var)
-    if env:
-        looked.append(Path(env))
-    looked.append(project_root().parent / "shared" / "data" / name)
-    looked.append(Path.cwd().parent / "shared" / "data" / name)
-    looked.append(Path.cwd() / "shared" / "data" / name)
-    for p in looked:
-        if p.is_dir():
-            return p, looked
-    return None, looked
+_SIM_CONTROL = frozenset({"$finish", "$stop", "$fatal", "$exit", "$finish_and_return"})
+_NAME_RE = re.compile(r"(?<![\w$])\$[A-Za-z_][\w$]*")
 
 
 # -- the testbench's own words ----------------------------------------------------------------------------------
@@ -108,34 +92,77 @@ def split_tagged(output: str, tag: str) -> tuple[list[str], list[str]]:
     return tb, lines
 
 
-def strip_comments(text: str) -> str:
-    return _COMMENT_RE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+def control_tasks(files: Mapping[str, str], ctx: StageContext | None = None) -> list[Diagnostic]:
+    """System tasks an answer to these benchmarks has no use for and could cheat with: `$finish`/`$stop`/
+    `$fatal`/`$exit` would decide how many samples the testbench compares; `$readmemh`/`$fopen`/... could read
+    the testbench's files; `$system`/`$c`/`$getenv` reach outside the simulation.
 
+    Read where Icarus reads them: on Icarus' own preprocessed text (`rtlreward_hdl.preprocess`, through `ctx`;
+    without one, slang's preprocessor with Icarus' defines), so `` `define F fin``ish `` then `` $`F`` is
+    `$finish`; and on the text as written, with and without token pasting, for every `ifdef branch. A name
+    the preprocessor builds from a macro (`` $`F``), and any pasting when Icarus' preprocessor failed on the
+    answer, is refused too: it cannot be checked. One diagnostic per file and line."""
+    hdl = hdl_files(files)
+    diags: list[Diagnostic] = []
+    seen: set[tuple[str | None, int | None]] = set()
 
-def control_tasks(files: Mapping[str, str]) -> list[Diagnostic]:
-    """System tasks an answer to these benchmarks has no use for and could cheat with, also when spelled with
-    macro pasting (`` `` ``): `$finish`/`$stop`/`$fatal`/`$exit` would decide how many samples the testbench
-    compares; `$readmemh`/`$fopen`/... could read the testbench's expected-value files."""
-    diags = []
-    for rel, text in files.items():
-        if not rel.lower().endswith((*_HDL_SOURCE_EXTS, ".vh", ".svh")):
-            continue
-        clean = strip_comments(text)
+    def add(name: str, rel: str | None, line: int | None) -> None:
+        if name in _SIM_CONTROL:
+            msg, code = (
+                f"{name} is not allowed in the design: the testbench ends the simulation",
+                "sim-control",
+            )
+        elif name in FILE_NAMES:
+            msg, code = (
+                f"{name} is not allowed in the design: it could read the testbench's files",
+                "file-access",
+            )
+        elif name in OUTSIDE_NAMES:
+            msg, code = (
+                f"{name} is not allowed in the design: it reaches outside the simulation",
+                "unsafe-call",
+            )
+        else:
+            return
+        if (rel, line) not in seen:
+            seen.add((rel, line))
+            diags.append(Diagnostic(msg, file=rel, line=line, code=code))
+
+    for rel, text in hdl.items():
+        clean = strip_comments(text, keep_strings=False)
         for variant in (clean, clean.replace("``", "")):
-            for m in _CONTROL_RE.finditer(variant):
-                line = variant.count("\n", 0, m.start()) + 1
-                name = m.group(1)
-                if name in _SIM_CONTROL:
-                    msg, code = (
-                        f"${name} is not allowed in the design: the testbench ends the simulation",
-                        "sim-control",
-                    )
-                else:
-                    msg = f"${name} is not allowed in the design: it could read the testbench's files"
-                    code = "file-access"
-                d = Diagnostic(msg, file=rel, line=line, code=code)
-                if d not in diags:
-                    diags.append(d)
+            for m in _NAME_RE.finditer(variant):
+                add(m.group(0), rel, variant.count("\n", 0, m.start()) + 1)
+    if not hdl:
+        return diags
+    # Never ask a preprocessor to follow an include named by a macro or leaving the workspace (the answer is
+    # compiled alone, so a plain name that is not one of its files only fails to resolve).
+    bad = [p for p in include_problems(hdl, hdl) if p.reason != "unknown"]
+    for p in bad:
+        msg = "`include of a file named by a macro or outside the answer is not allowed in the design"
+        if (p.file, p.line) not in seen:
+            seen.add((p.file, p.line))
+            diags.append(Diagnostic(msg, file=p.file, line=p.line, code="unsafe-include"))
+    if bad:
+        return diags
+    result = scan(ctx, hdl, {}, tools=(ICARUS,), defines={"__ICARUS__": "1"})
+    for use in result.uses():
+        if use.kind == "system":
+            add(use.name, use.file, use.line)
+        elif use.kind == "include" and (use.file, use.line) not in seen:
+            seen.add((use.file, use.line))
+            msg = "`include of a file built by macros is not allowed in the design"
+            diags.append(Diagnostic(msg, file=use.file, line=use.line, code="unsafe-include"))
+    strict = bool(result.failed)
+    for use in result.source:
+        if use.kind == "macro" or (strict and use.kind in ("paste", "strmacro")):
+            msg = (
+                f"{use.name} is not allowed in the design: it lets the preprocessor build a system task name "
+                "(write the name out)"
+            )
+            if (use.file, use.line) not in seen:
+                seen.add((use.file, use.line))
+                diags.append(Diagnostic(msg, file=use.file, line=use.line, code="macro-built"))
     return diags
 
 
@@ -160,6 +187,17 @@ class SimRun:
     @property
     def output_lines(self) -> list[str]:
         return split_tagged(self.sim.output if self.sim else "", self.tag)[1]
+
+
+RESET_FILE = "_rtlreward_reset.v"
+_DEFINE_RE = re.compile(r"`define\s+([A-Za-z_]\w*)")
+
+
+def answer_macro_reset(files: Mapping[str, str]) -> str:
+    """Verilog that `undef`s every macro the answer's files define (headers included through them define theirs
+    in the answer's own files or the task's, which the testbench may rely on: only the answer's own names go)."""
+    names = sorted({m.group(1) for text in files.values() for m in _DEFINE_RE.finditer(strip_comments(text))})
+    return "".join(f"`undef {n}\n" for n in names)
 
 
 def answer_sources(ctx: StageContext, harness_names: Iterable[str]) -> dict[str, str]:
@@ -189,9 +227,6 @@ def run_testbench(
     """Write the answer and the (tagged) harness into the stage folder, check the answer on its own, compile it
     with the testbench (answer first, then the harness files in `testbench` order, as the official Makefiles
     do), run `vvp`. `prelude` is Verilog put before every file (RTLLM's VCS `-timescale` default)."""
-    from rtlreward_iverilog import parse_iverilog
-    from rtlreward_iverilog.hdl import unsafe_includes
-
     tag = new_tag()
     root = ctx.stage_dir(STAGE)
     answer = answer_sources(ctx, harness_files)
@@ -207,11 +242,11 @@ def run_testbench(
         answer = {str(safe_relpath(k)): v for k, v in answer.items()}
     except UnsafePath as e:
         return ended("setup", Status.FAILED, [Diagnostic(str(e), code="unsafe-path")])
-    sources = [p for p in answer if p.lower().endswith(_HDL_SOURCE_EXTS)]
+    sources = [p for p in answer if p.lower().endswith(SOURCE_EXTS)]
     if not sources or not any(answer[p].strip() for p in sources):
         d = Diagnostic("the answer has no Verilog source to test", code="no-answer")
         return ended("setup", Status.FAILED, [d])
-    bad = unsafe_includes(answer) + control_tasks(answer)
+    bad = unsafe_includes(answer) or control_tasks(answer, ctx)
     if bad:
         return ended("setup", Status.FAILED, bad)
 
@@ -262,11 +297,19 @@ def run_testbench(
     argv = ["iverilog", *compile_flags, "-g2012"]
     if tb_top:
         argv += ["-s", tb_top]
-    argv += ["-o", "_rtlreward_sim.vvp", *pre, *argv_sources, *testbench]
+    # One macro space spans the whole build: whatever the answer `define`s would reach the testbench compiled after
+    # it. Undefine it in between (Icarus 11 has no `undefineall).
+    reset = answer_macro_reset({p: answer[p] for p in sources})
+    if reset:
+        write_files(root, {RESET_FILE: reset})
+    argv += ["-o", "_rtlreward_sim.vvp", *pre, *argv_sources, *([RESET_FILE] if reset else []), *testbench]
     comp = ctx.run(argv, cwd=root, timeout=limit)
     if comp.timed_out:
         d = Diagnostic(f"iverilog did not finish within {limit:g} s", code="timeout")
         return ended("compile", Status.TIMEOUT, [d], compile=comp)
+    if _not_installed(comp, "iverilog"):
+        d = Diagnostic("Icarus Verilog is not installed: `apt-get install iverilog`", code="tool-missing")
+        return ended("compile", Status.ERROR, [d], compile=comp)
     if comp.returncode != 0:
         diags = [d for d in parse_iverilog(comp.output, root) if d.severity == "error"]
         if not diags:
@@ -287,7 +330,25 @@ def run_testbench(
             code="timeout",
         )
         return ended("sim", Status.TIMEOUT, [d], compile=comp, sim=sim)
+    if _not_installed(sim, "vvp"):
+        # The environment, not the answer: an error (never cached, never the candidate's score).
+        d = Diagnostic(
+            "vvp (Icarus Verilog's simulator) is not installed: `apt-get install iverilog`",
+            code="tool-missing",
+        )
+        return ended("sim", Status.ERROR, [d], compile=comp, sim=sim)
     return SimRun(stage="sim", tag=tag, root=root, compile=comp, sim=sim)
+
+
+_NOT_FOUND = ("No such file or directory", "not found", "cannot run")
+
+
+def _not_installed(res, tool: str) -> bool:
+    """The command could not start because `tool` is missing where it runs (exit 127 and the executor's or the
+    shell's "not found"): the environment's fault, never the answer's. A design cannot make the tools exit 127
+    (the safety gate refuses the system tasks that end a simulation)."""
+    out = res.output or ""
+    return res.returncode == 127 and tool in out and any(s in out for s in _NOT_FOUND)
 
 
 def tests_result(
