@@ -1,0 +1,305 @@
+"""Differential simulation: the same stimulus through the reference and the candidate, every output compared every
+cycle.
+
+The two designs are simulated separately (two Icarus runs of one generated testbench), not side by side in one
+simulation: in one simulation the candidate could read the reference's outputs by hierarchical name
+(`assign q = tb.ref.q;`), and the two designs' module names would have to be renamed apart in their text. The
+stimulus is generated here, written to a file both runs read, and the comparison is done here.
+
+Each run prints its samples behind a per-run nonce the candidate cannot know (it is only in the testbench's text,
+and the safety gate has kept file reads out of the candidate), so a candidate that prints look-alike lines, or
+calls `$finish` early, cannot make up samples: missing samples count as mismatches.
+
+Cycle timing (10 time units per cycle, clocks low at the start): inputs change 1 unit after the falling edge, the
+outputs are sampled 3 units later, then the rising edge. So sample i shows the state after i rising edges and the
+combinational response to the inputs of cycle i: the same frame a formal step describes.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from .design import PortInfo, Reset
+
+
+@attrs.frozen
+class SimPlan:
+    """What the testbench drives and samples. Every name is a plain identifier (checked by the caller)."""
+
+    top: str
+    inputs: tuple[PortInfo, ...]  # driven from the stimulus, reset included, clocks excluded
+    outputs: tuple[PortInfo, ...]
+    clocks: tuple[str, ...]
+    reset: Reset | None
+    reset_cycles: int
+
+    @property
+    def input_width(self) -> int:
+        return sum(p.width or 1 for p in self.inputs)
+
+    @property
+    def output_bits(self) -> int:
+        return sum(p.width or 1 for p in self.outputs)
+
+
+@attrs.frozen
+class Stimulus:
+    """Input values per cycle (in `SimPlan.inputs` order); `segments` are the first cycles of each seed's run
+    (each starts with reset); cycles before `compare_from` are not compared (before the first reset took)."""
+
+    vectors: tuple[tuple[int, ...], ...]
+    segments: tuple[int, ...] = (0,)
+    compare_from: int = 0
+
+    def __len__(self) -> int:
+        return len(self.vectors)
+
+    def segment_start(self, cycle: int) -> int:
+        return max((s for s in self.segments if s <= cycle), default=0)
+
+
+def _value(rng: random.Random, width: int) -> int:
+    """Uniform values, with the corners (0, all ones, small numbers) over-weighted: comparisons against
+    constants such as `q == 8'hFF` are where designs differ."""
+    if width == 1:
+        return rng.getrandbits(1)
+    r = rng.random()
+    full = (1 << width) - 1
+    if r < 0.1:
+        return 0
+    if r < 0.2:
+        return full
+    if r < 0.3:
+        return rng.randint(0, min(full, 3))
+    return rng.getrandbits(width)
+
+
+def random_stimulus(
+    plan: SimPlan, seed: int, *, seeds: int = 3, cycles: int = 256, reset_probability: float = 0.02
+) -> Stimulus:
+    """`seeds` runs of `cycles` cycles each, each starting with `plan.reset_cycles` cycles of reset; after the
+    first run the reset is also asserted now and then, so designs must agree on a reset in mid-run too."""
+    vectors: list[tuple[int, ...]] = []
+    segments: list[int] = []
+    hold = plan.reset_cycles if plan.reset is not None else 0
+    for s in range(max(1, seeds)):
+        rng = random.Random(f"{seed}:{s}")
+        segments.append(len(vectors))
+        for c in range(max(1, cycles)):
+            row = []
+            for p in plan.inputs:
+                if plan.reset is not None and p.name == plan.reset.name:
+                    active = c < hold or (s > 0 and rng.random() < reset_probability)
+                    row.append(plan.reset.active if active else 1 - plan.reset.active)
+                else:
+                    row.append(_value(rng, p.width or 1))
+            vectors.append(tuple(row))
+    return Stimulus(tuple(vectors), tuple(segments), compare_from=hold)
+
+
+def directed_stimulus(plan: SimPlan, frames: Sequence[Mapping[str, int]]) -> Stimulus:
+    """A formal counterexample as stimulus: frame values per input name (missing: 0), reset forced active in
+    the first `reset_cycles` frames as the formal check did."""
+    hold = plan.reset_cycles if plan.reset is not None else 0
+    vectors = []
+    for i, frame in enumerate(frames):
+        row = []
+        for p in plan.inputs:
+            if plan.reset is not None and p.name == plan.reset.name and i < hold:
+                row.append(plan.reset.active)
+            else:
+                row.append(int(frame.get(p.name, 0)) & ((1 << (p.width or 1)) - 1))
+        vectors.append(tuple(row))
+    return Stimulus(tuple(vectors), (0,), compare_from=hold)
+
+
+def concat(first: Stimulus, second: Stimulus) -> Stimulus:
+    """`second` run after `first` in one simulation (its segments keep their resets; compared from the start)."""
+    n = len(first)
+    return Stimulus(
+        first.vectors + second.vectors,
+        first.segments + tuple(s + n for s in second.segments),
+        compare_from=first.compare_from,
+    )
+
+
+def stimulus_hex(plan: SimPlan, stim: Stimulus) -> str:
+    """One line per cycle: the inputs concatenated in `plan.inputs` order (first input most significant)."""
+    width = max(1, plan.input_width)
+    digits = (width + 3) // 4
+    lines = []
+    for row in stim.vectors:
+        v = 0
+        for p, x in zip(plan.inputs, row, strict=True):
+            w = p.width or 1
+            v = (v << w) | (x & ((1 << w) - 1))
+        lines.append(f"{v:0{digits}x}")
+    return "\n".join(lines) + "\n"
+
+
+def testbench(plan: SimPlan, nonce: str, cycles: int, stim_file: str) -> tuple[str, str]:
+    """(module name, text) of the testbench: it instantiates `plan.top` with every port connected by name."""
+    tb = f"rtlreward_eqtb_{nonce}"
+    width = max(1, plan.input_width)
+    decl = [f"  reg [{width - 1}:0] rtlreward_stim [0:{cycles - 1}];", "  integer rtlreward_i;"]
+    conns = []
+    for c in plan.clocks:
+        decl.append(f"  reg clk_{c};")
+        conns.append(f".{c}(clk_{c})")
+    for p in plan.inputs:
+        decl.append(f"  reg [{(p.width or 1) - 1}:0] in_{p.name};")
+        conns.append(f".{p.name}(in_{p.name})")
+    for p in plan.outputs:
+        decl.append(f"  wire [{(p.width or 1) - 1}:0] out_{p.name};")
+        conns.append(f".{p.name}(out_{p.name})")
+    fmt = " ".join(["%0d"] + ["%b"] * len(plan.outputs))
+    args = ", ".join(["rtlreward_i"] + [f"out_{p.name}" for p in plan.outputs])
+    body = [
+        f'    $readmemh("{stim_file}", rtlreward_stim);',
+        *[f"    clk_{c} = 1'b0;" for c in plan.clocks],
+        f"    for (rtlreward_i = 0; rtlreward_i < {cycles}; rtlreward_i = rtlreward_i + 1) begin",
+        "      #1;",
+    ]
+    if plan.inputs:
+        body.append(
+            f"      {{{', '.join(f'in_{p.name}' for p in plan.inputs)}}} = rtlreward_stim[rtlreward_i];"
+        )
+    body += [
+        "      #3;",
+        f'      $display("@{nonce} {fmt}", {args});',
+        "      #1;",
+        *[f"      clk_{c} = 1'b1;" for c in plan.clocks],
+        "      #5;",
+        *[f"      clk_{c} = 1'b0;" for c in plan.clocks],
+        "    end",
+        f'    $display("@{nonce} end");',
+        "    $finish;",
+    ]
+    text = "\n".join(
+        [
+            "`timescale 1ns/1ps",
+            f"module {tb};",
+            *decl,
+            f"  {plan.top} dut ({', '.join(conns)});",
+            "  initial begin",
+            *body,
+            "  end",
+            "endmodule",
+            "",
+        ]
+    )
+    return tb, text
+
+
+@attrs.frozen
+class Trace:
+    """Sampled outputs per cycle (bit strings, most significant first, as Icarus prints them: 0 1 x z)."""
+
+    samples: tuple[tuple[str, ...] | None, ...]  # None: no sample for that cycle (the run stopped early)
+    complete: bool  # the testbench reached its end
+
+
+def parse_trace(output: str, nonce: str, plan: SimPlan, cycles: int) -> Trace:
+    widths = [p.width or 1 for p in plan.outputs]
+    pat = re.compile(rf"@{re.escape(nonce)} (\d+)((?: [01xzXZ]+)*)\s*$")
+    samples: list[tuple[str, ...] | None] = [None] * cycles
+    complete = False
+    for line in output.splitlines():
+        if f"@{nonce} end" in line and line.rstrip().endswith(f"@{nonce} end"):
+            complete = True
+            continue
+        m = pat.search(line)
+        if not m:
+            continue
+        i = int(m.group(1))
+        values = tuple(v.lower() for v in m.group(2).split())
+        # Icarus prints exactly the declared width; anything else did not come from this testbench.
+        fits = len(values) == len(widths) and all(len(v) == w for v, w in zip(values, widths, strict=True))
+        if 0 <= i < cycles and fits and samples[i] is None:
+            samples[i] = values
+    return Trace(tuple(samples), complete)
+
+
+@attrs.frozen
+class Difference:
+    cycle: int
+    expected: dict[str, str]  # every output at that cycle
+    actual: dict[str, str | None]
+    differing: tuple[str, ...]
+
+
+@attrs.frozen
+class Comparison:
+    mismatched_bits: dict[
+        str, frozenset[int]
+    ]  # output -> bit indices (0 = least significant) that ever differed
+    first: Difference | None
+    compared_cycles: int
+    defined_bits: int  # reference output bits that were 0/1 (x in the reference is a don't-care)
+
+    @property
+    def equal(self) -> bool:
+        return self.first is None
+
+
+def compare(plan: SimPlan, stim: Stimulus, gold: Trace, gate: Trace) -> Comparison:
+    """Every output bit, every cycle from `stim.compare_from`: a reference bit that is x or z is a don't-care;
+    otherwise the candidate must show the same 0/1 (its x is a mismatch). A cycle the candidate never sampled
+    mismatches every defined bit."""
+    bad: dict[str, set[int]] = {p.name: set() for p in plan.outputs}
+    first: Difference | None = None
+    compared = 0
+    defined = 0
+    for c in range(stim.compare_from, len(stim)):
+        g = gold.samples[c] if c < len(gold.samples) else None
+        if g is None:
+            continue  # the reference did not get here: nothing to compare against
+        a = gate.samples[c] if c < len(gate.samples) else None
+        compared += 1
+        differing = []
+        for k, p in enumerate(plan.outputs):
+            gv = g[k]
+            av = a[k] if a is not None else None
+            w = len(gv)
+            diff = False
+            for j, gb in enumerate(gv):
+                if gb not in "01":
+                    continue
+                defined += 1
+                if av is None or av[j] != gb:
+                    bad[p.name].add(w - 1 - j)
+                    diff = True
+            if diff:
+                differing.append(p.name)
+        if differing and first is None:
+            first = Difference(
+                cycle=c,
+                expected={p.name: g[k] for k, p in enumerate(plan.outputs)},
+                actual={p.name: (a[k] if a is not None else None) for k, p in enumerate(plan.outputs)},
+                differing=tuple(differing),
+            )
+    return Comparison({k: frozenset(v) for k, v in bad.items()}, first, compared, defined)
+
+
+def fmt_bits(bits: str | None) -> str:
+    """A sampled value as a sized literal: hex when fully known and wider than 4 bits, else binary."""
+    if bits is None:
+        return "(no sample)"
+    w = len(bits)
+    if w == 1:
+        return bits
+    if w > 4 and all(b in "01" for b in bits):
+        return f"{w}'h{int(bits, 2):0{(w + 3) // 4}x}"
+    return f"{w}'b{bits}"
+
+
+def fmt_int(value: int, width: int) -> str:
+    if width == 1:
+        return str(value)
+    if width > 4:
+        return f"{width}'h{value:0{(width + 3) // 4}x}"
+    return f"{width}'b{value:0{width}b}"

@@ -1,0 +1,158 @@
+"""The `rtlreward tasks check` command: a table (and JSON) of every task's health."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+STYLE = {"ok": "green", "weak": "yellow", "flaky": "yellow", "broken": "red", "unchecked": "dim"}
+
+
+def add_commands(app: typer.Typer) -> None:
+    from rtlreward.cli import command_group
+
+    group = command_group(
+        app, "tasks", help="Task health: broken references, weak harnesses, calibrated limits."
+    )
+
+    @group.command("check")
+    def check(
+        dataset: Annotated[
+            str, typer.Argument(help="A dataset name (verilog-eval, rtllm, cvdp, ...) or a path.")
+        ],
+        source: Annotated[
+            str | None, typer.Option("--source", help="Where a named dataset reads its files.")
+        ] = None,
+        ids: Annotated[list[str], typer.Option("--id", help="Only these task ids (repeatable).")] = [],  # noqa: B006
+        limit: Annotated[int | None, typer.Option("--limit", help="Only the first N tasks.")] = None,
+        seeds: Annotated[int, typer.Option("--seeds", help="Reference runs, each with its own seed.")] = 3,
+        n_mutants: Annotated[
+            int, typer.Option("--mutants", help="Mutants of the reference to grade the harness.")
+        ] = 8,
+        floor: Annotated[float, typer.Option("--floor", help="Least calibrated time limit, seconds.")] = 3.0,
+        factor: Annotated[
+            float, typer.Option("--factor", help="Time limit = factor x the slowest reference run.")
+        ] = 5.0,
+        executor: Annotated[str, typer.Option("--executor", "-x", help="local | docker | ray")] = "local",
+        jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Candidates in flight.")] = None,
+        out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the JSON report here.")] = None,
+        as_json: Annotated[
+            bool, typer.Option("--json", help="Print the JSON report instead of the table.")
+        ] = False,
+        no_cache: Annotated[
+            bool, typer.Option("--no-cache", help="Measure again even if a report is cached.")
+        ] = False,
+    ) -> None:
+        """Check that each task's reference passes its harness here and that the harness fails real bugs."""
+        from rich.markup import escape
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.table import Table
+
+        from rtlreward.cli import _load_tasks, console, fail
+        from rtlreward.engine import EngineError
+        from rtlreward_health.check import CheckSettings, check_tasks, default_cache_path, report
+
+        tasks = _load_tasks(dataset) if source is None else _load_source(dataset, source)
+        if ids:
+            wanted = set(ids)
+            tasks = [t for t in tasks if t.id in wanted]
+            missing = wanted - {t.id for t in tasks}
+            if missing:
+                raise fail(f"unknown task id(s): {', '.join(sorted(missing))}")
+        if limit is not None:
+            tasks = tasks[:limit]
+        if not tasks:
+            raise fail(f"{dataset} has no tasks to check")
+        settings = CheckSettings(
+            seeds=max(1, seeds),
+            mutants=max(0, n_mutants),
+            floor=floor,
+            factor=factor,
+            executor=executor,
+            jobs=jobs,
+        )
+        err = console(stderr=True)
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+            disable=as_json and not err.is_terminal,
+        ) as bar:
+            bars: dict[str, int] = {}
+
+            def progress(what: str, done: int, total: int) -> None:
+                if what not in bars:
+                    bars[what] = bar.add_task(what, total=total)
+                bar.update(bars[what], completed=done, total=total)
+
+            try:
+                tools, entries = check_tasks(
+                    tasks,
+                    settings,
+                    cache_path=default_cache_path(),
+                    use_cache=not no_cache,
+                    progress=progress,
+                )
+            except EngineError as exc:
+                raise fail(str(exc)) from None
+        doc = report(dataset, tools, entries)
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(doc, indent=2))
+        if as_json:
+            typer.echo(json.dumps(doc, indent=2))
+            return
+        table = Table(
+            "task",
+            "status",
+            "reference",
+            "time (s)",
+            "limit (s)",
+            "harness",
+            "cause / surviving mutant",
+            title=f"task health: {dataset}",
+        )
+        for e in entries:
+            strength = ""
+            if e.get("mutants_not_equivalent"):
+                strength = f"{e['mutants_killed']}/{e['mutants_not_equivalent']} killed"
+            style = STYLE.get(e["status"], "")
+            table.add_row(
+                escape(e["id"]),
+                f"[{style}]{e['status']}[/]",
+                e.get("reference_passes", ""),
+                "" if e.get("reference_seconds") is None else f"{e['reference_seconds']:.2f}",
+                _limit(e.get("time_limits") or {}),
+                strength,
+                escape(e.get("cause", "")),
+            )
+        out_console = console()
+        out_console.print(table)
+        counts: dict[str, int] = {}
+        for e in entries:
+            counts[e["status"]] = counts.get(e["status"], 0) + 1
+        out_console.print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())), markup=False)
+        out_console.print(
+            "toolchain: " + ", ".join(f"{k}={v}" for k, v in sorted(tools.items())), markup=False
+        )
+
+
+def _limit(limits: dict) -> str:
+    """The slowest stage's calibrated limit (the harness run, in practice)."""
+    return f"{max(limits.values()):g}" if limits else ""
+
+
+def _load_source(dataset: str, source: str):
+    from rtlreward.cli import fail
+    from rtlreward.integration import load_tasks
+
+    try:
+        return load_tasks(dataset, source=source)
+    except (ValueError, OSError, KeyError) as exc:
+        raise fail(str(exc)) from None

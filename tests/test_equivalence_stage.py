@@ -1,0 +1,377 @@
+"""The `equivalence` stage with the real Yosys, ABC and Icarus: proofs, refutations with counterexamples, partial
+credit per output bit, the simulation fallback, hostile names, and the `equiv` / `trusted` profiles."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rtlreward.model import Candidate, Status, Task
+from rtlreward.plugins import get_registry
+from rtlreward.sandbox.local import LocalExecutor
+from rtlreward.stage import StageContext
+
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("yosys") and shutil.which("yosys-abc") and shutil.which("iverilog")),
+    reason="needs Yosys (apt-get install yosys) and Icarus Verilog",
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+CVDP_DATA = ROOT / "cvdp_adapter" / "data"
+
+
+@pytest.fixture(scope="module")
+def executor():
+    return LocalExecutor()
+
+
+@pytest.fixture(scope="module")
+def stage():
+    return get_registry().stages()["equivalence"]
+
+
+@pytest.fixture(scope="module")
+def examples():
+    return {t.id: t for t in get_registry().datasets()["folder"].load(str(EXAMPLES))}
+
+
+@pytest.fixture(scope="module")
+def lfsr():
+    """(task, reference path, reference text) of the official CVDP example `cvdp_copilot_lfsr_0001`."""
+    from cvdp_adapter.conformance import reference_files
+    from cvdp_adapter.records import parse_record
+    from cvdp_adapter.tasks import record_to_task
+
+    (path,) = CVDP_DATA.glob("*nonagentic*with_solutions.jsonl")
+    raw = next(json.loads(line) for line in path.read_text().splitlines() if "cvdp_copilot_lfsr_0001" in line)
+    rec = parse_record(raw)
+    task = record_to_task(rec)
+    ((rel, text),) = reference_files(rec).items()
+    return task, rel, text
+
+
+def check(stage, executor, tmp_path: Path, task: Task, files: dict[str, str], **options):
+    ctx = StageContext(
+        task=task,
+        candidate=Candidate(files=files),
+        workspace=tmp_path,
+        executor=executor,
+        files=dict(files),
+        options=options,
+        seed=1234,
+        timeout=60,
+    )
+    return stage.run(ctx)
+
+
+def completion(task_id: str, name: str) -> str:
+    text = (EXAMPLES / task_id / "completions" / f"{name}.txt").read_text()
+    m = re.search(r"```\w*\n(.*?)```", text, re.S)
+    assert m, name
+    return m.group(1)
+
+
+def comb_task(reference: str, top: str) -> Task:
+    return Task(
+        id=f"comb-{top}", expected_files=("rtl/top.sv",), toplevel=top, reference={"rtl/top.sv": reference}
+    )
+
+
+LFSR_CONST0 = """module lfsr_8bit(input clock, reset, input [7:0] lfsr_seed, output [7:0] lfsr_out);
+  assign lfsr_out = 8'd0;
+endmodule
+"""
+
+
+# -- the CVDP LFSR example: its harness passes both wrong designs ----------------------------------------------
+def test_lfsr_reference_is_proved_equivalent_to_itself_renamed(stage, executor, tmp_path, lfsr):
+    task, rel, text = lfsr
+    renamed = re.sub(r"\bq([123])\b", r"tap_\1", text)
+    assert renamed != text
+    r = check(stage, executor, tmp_path, task, {rel: renamed})
+    assert r.status is Status.PASSED and r.score == 1.0, r.feedback
+    assert r.metrics["equivalence"] == "proved" and r.metrics["method"] == "formal"
+    assert r.metrics["reset"] == "reset" and r.metrics["clock"] == "clock"
+
+
+@pytest.mark.parametrize("wrong", ["constant_zero", "ignores_seed"])
+def test_lfsr_wrong_designs_are_refuted_with_a_counterexample(stage, executor, tmp_path, lfsr, wrong):
+    task, rel, text = lfsr
+    body = (
+        LFSR_CONST0
+        if wrong == "constant_zero"
+        else text.replace("lfsr_out <= lfsr_seed;", "lfsr_out <= 8'h01;")
+    )
+    assert body != text
+    r = check(stage, executor, tmp_path, task, {rel: body})
+    assert r.status is Status.FAILED and r.metrics["equivalence"] == "refuted", r.feedback
+    assert r.score < 1.0
+    # The counterexample: first differing cycle, the inputs up to it, expected and actual per output.
+    cycle = re.search(r"First difference at cycle (\d+)", r.feedback)
+    assert cycle, r.feedback
+    n = int(cycle.group(1))
+    for c in range(n + 1):
+        assert re.search(rf"cycle {c}: reset=[01] lfsr_seed=8'h[0-9a-f]{{2}}", r.feedback), r.feedback
+    m = re.search(r"lfsr_out: expected 8'h([0-9a-f]{2}), got 8'h([0-9a-f]{2})  <-- differs", r.feedback)
+    assert m and m.group(1) != m.group(2), r.feedback
+    (diag,) = [d for d in r.diagnostics if d.code == "not-equivalent"]
+    assert "output lfsr_out differs from the reference" in diag.message
+    assert r.metrics["first_mismatch_cycle"] >= 0
+
+
+# -- the bundled example tasks ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("task_id", "name"),
+    [
+        ("counter", "correct"),
+        ("sync_fifo", "correct"),
+        ("fixed_priority_arbiter", "correct"),
+        ("fixed_priority_arbiter", "think_then_code"),
+    ],
+)
+def test_correct_completions_are_proved(stage, executor, tmp_path, examples, task_id, name):
+    task = examples[task_id]
+    r = check(stage, executor, tmp_path, task, {task.expected_files[0]: completion(task_id, name)})
+    assert r.status is Status.PASSED and r.score == 1.0, r.feedback
+    assert r.metrics["equivalence"] == "proved"
+
+
+@pytest.mark.parametrize(
+    ("task_id", "name", "output"),
+    [
+        ("counter", "en_ignores_load", "q"),
+        ("sync_fifo", "full_overwrites", "dout"),
+        ("fixed_priority_arbiter", "reversed_priority", "grant"),
+    ],
+)
+def test_wrong_completions_are_refuted(stage, executor, tmp_path, examples, task_id, name, output):
+    task = examples[task_id]
+    r = check(stage, executor, tmp_path, task, {task.expected_files[0]: completion(task_id, name)})
+    assert r.status is Status.FAILED and r.metrics["equivalence"] == "refuted", r.feedback
+    assert re.search(rf"^  {output}: expected \S+, got \S+  <-- differs$", r.feedback, re.M), r.feedback
+    assert r.metrics["outputs_mismatched"] >= 1
+
+
+def test_one_wrong_output_earns_more_than_all_wrong(stage, executor, tmp_path, examples):
+    task = examples["counter"]
+    good = completion("counter", "correct")
+    wrap_wrong = good.replace("assign wrap = en & ~load & (&q);", "assign wrap = &q;")
+    both_wrong = completion("counter", "en_ignores_load")
+    assert wrap_wrong != good
+    one = check(stage, executor, tmp_path / "one", task, {task.expected_files[0]: wrap_wrong})
+    both = check(stage, executor, tmp_path / "both", task, {task.expected_files[0]: both_wrong})
+    assert one.status is Status.FAILED and both.status is Status.FAILED
+    assert one.metrics["outputs_mismatched"] == 1 and both.metrics["outputs_mismatched"] == 2
+    # q (8 bits) never differs, wrap (1 bit) does: 8 of 9 output bits earn credit.
+    assert one.score == pytest.approx(8 / 9)
+    assert both.score < one.score
+    assert "wrap: expected" in one.feedback and "q: expected" in one.feedback
+
+
+# -- other styles, same function -------------------------------------------------------------------------------
+DEC_IF = """module dec(input [1:0] sel, input en, output reg [3:0] y);
+  always @(*) begin
+    if (!en) y = 4'b0000;
+    else if (sel == 2'd0) y = 4'b0001;
+    else if (sel == 2'd1) y = 4'b0010;
+    else if (sel == 2'd2) y = 4'b0100;
+    else y = 4'b1000;
+  end
+endmodule
+"""
+DEC_CASE = """module dec(input [1:0] sel, input en, output logic [3:0] y);
+  always_comb begin
+    case ({en, sel})
+      3'b100: y = 4'b0001;
+      3'b101: y = 4'b0010;
+      3'b110: y = 4'b0100;
+      3'b111: y = 4'b1000;
+      default: y = '0;
+    endcase
+  end
+endmodule
+"""
+REV_GENERATE = """module rev #(parameter N = 8) (input [N-1:0] a, input [N-1:0] b, output [N-1:0] y, output p);
+  genvar i;
+  generate for (i = 0; i < N; i = i + 1) begin : g
+    assign y[i] = a[N-1-i] ^ b[i];
+  end endgenerate
+  assign p = ^a;
+endmodule
+"""
+REV_UNROLLED = """module rev (input [7:0] a, input [7:0] b, output [7:0] y, output p);
+  assign y = {a[0]^b[7], a[1]^b[6], a[2]^b[5], a[3]^b[4], a[4]^b[3], a[5]^b[2], a[6]^b[1], a[7]^b[0]};
+  assign p = a[0]^a[1]^a[2]^a[3]^a[4]^a[5]^a[6]^a[7];
+endmodule
+"""
+# Yosys 0.23 cannot parse `return` in a function; Icarus can.
+REV_RETURN = """module rev (input [7:0] a, input [7:0] b, output [7:0] y, output p);
+  function automatic [7:0] f(input [7:0] x, input [7:0] z);
+    integer k; reg [7:0] r;
+    for (k = 0; k < 8; k = k + 1) r[k] = x[7-k] ^ z[k];
+    return r;
+  endfunction
+  assign y = f(a, b);
+  assign p = ^a;
+endmodule
+"""
+
+
+@pytest.mark.parametrize(
+    ("reference", "candidate", "top"),
+    [(DEC_IF, DEC_CASE, "dec"), (DEC_CASE, DEC_IF, "dec"), (REV_GENERATE, REV_UNROLLED, "rev")],
+    ids=["case-vs-if", "if-vs-case", "generate-vs-unrolled"],
+)
+def test_another_style_is_not_refuted(stage, executor, tmp_path, reference, candidate, top):
+    r = check(stage, executor, tmp_path, comb_task(reference, top), {"rtl/top.sv": candidate})
+    assert r.status is Status.PASSED and r.metrics["equivalence"] == "proved", r.feedback
+
+
+def test_a_wrong_case_item_is_refuted_with_partial_credit(stage, executor, tmp_path):
+    wrong = DEC_CASE.replace("3'b111: y = 4'b1000", "3'b111: y = 4'b0000")
+    r = check(stage, executor, tmp_path, comb_task(DEC_IF, "dec"), {"rtl/top.sv": wrong})
+    assert r.status is Status.FAILED and r.metrics["equivalence"] == "refuted"
+    assert r.score == pytest.approx(3 / 4)  # y[3] differs, y[2:0] never do
+    assert "y: expected 4'b1000, got 4'b0000" in r.feedback
+
+
+MUX_X = """module m(input [1:0] s, input [3:0] d, output reg o);
+  always @(*) case (s) 2'd0: o = d[0]; 2'd1: o = d[1]; 2'd2: o = d[2]; default: o = 1'bx; endcase
+endmodule
+"""
+MUX_0 = """module m(input [1:0] s, input [3:0] d, output o);
+  assign o = s == 2'd3 ? 1'b0 : d[s];
+endmodule
+"""
+
+
+def test_x_in_the_reference_is_a_dont_care_and_x_in_the_answer_is_not(stage, executor, tmp_path):
+    ok = check(stage, executor, tmp_path / "ok", comb_task(MUX_X, "m"), {"rtl/top.sv": MUX_0})
+    assert ok.status is Status.PASSED and ok.metrics["equivalence"] == "proved", ok.feedback
+    # The other way round: where the reference (MUX_0) says 0, an x is wrong.
+    bad = check(stage, executor, tmp_path / "bad", comb_task(MUX_0, "m"), {"rtl/top.sv": MUX_X})
+    assert bad.status is Status.FAILED and bad.metrics["equivalence"] == "refuted", bad.feedback
+    assert "o: expected 0, got x" in bad.feedback
+
+
+# -- the simulation fallback -----------------------------------------------------------------------------------
+def test_a_design_yosys_cannot_read_falls_back_to_simulation(stage, executor, tmp_path):
+    r = check(stage, executor, tmp_path / "ok", comb_task(REV_GENERATE, "rev"), {"rtl/top.sv": REV_RETURN})
+    assert r.status is Status.PASSED and r.score == 1.0, r.feedback
+    assert r.metrics["formal"] == "error" and r.metrics["method"] == "simulation"
+    assert r.metrics["equivalence"] == "unknown"  # simulation found no difference; nothing was proved
+    codes = {d.code for d in r.diagnostics}
+    assert {"formal-error", "fallback"} <= codes
+    assert r.metrics["sim_cycles"] > 0 and r.metrics["sim_compared_cycles"] > 0
+
+    wrong = REV_RETURN.replace("r[k] = x[7-k] ^ z[k];", "r[k] = x[k] ^ z[k];")
+    bad = check(stage, executor, tmp_path / "bad", comb_task(REV_GENERATE, "rev"), {"rtl/top.sv": wrong})
+    assert bad.status is Status.FAILED and bad.metrics["equivalence"] == "refuted"
+    assert bad.metrics["method"] == "simulation"
+    assert "seeded random simulation" in bad.feedback
+    assert 0 < bad.score < 1  # p never differs
+
+
+def test_a_hung_candidate_is_cut_and_refuted(stage, executor, tmp_path, examples):
+    task = examples["fixed_priority_arbiter"]
+    files = {task.expected_files[0]: completion("fixed_priority_arbiter", "forever_loop")}
+    r = check(stage, executor, tmp_path, task, files)
+    assert r.status is Status.FAILED and r.score == 0.0
+    assert "sim-timeout" in {d.code for d in r.diagnostics}
+
+
+# -- hostile input --------------------------------------------------------------------------------------------
+def test_a_hostile_file_name_never_reaches_the_yosys_script(stage, executor, tmp_path, examples):
+    task = examples["counter"]
+    good = completion("counter", "correct")
+    names = ["rtl/c; shell touch PWNED_SHELL; #.sv", "rtl/d\n!touch PWNED_BANG\n.sv"]
+    r = check(stage, executor, tmp_path, task, {names[0]: good, names[1]: "// nothing\n"})
+    assert r.status is Status.PASSED and r.metrics["equivalence"] == "proved", r.feedback
+    script = (tmp_path / "equivalence" / "eq.ys").read_text()
+    assert "shell" not in script and "!" not in script and "PWNED" not in script
+    assert all(not line.startswith(("tee", "script", "write_verilog")) for line in script.splitlines())
+    assert not list(tmp_path.rglob("PWNED*"))
+
+
+def test_attributes_and_pragmas_cannot_inject_yosys_commands(stage, executor, tmp_path, examples):
+    task = examples["counter"]
+    good = completion("counter", "correct")
+    hostile = (
+        '(* src = "x\\"; shell touch PWNED_ATTR; #", script = "!touch PWNED_ATTR2" *)\n'
+        "// synopsys translate_off\n// yosys: shell touch PWNED_PRAGMA\n// synopsys translate_on\n"
+        + good.replace(
+            "assign wrap", '(* keep, script = "tee -o PWNED_TEE x" *) wire unused_w;\n  assign wrap'
+        )
+    )
+    r = check(stage, executor, tmp_path, task, {task.expected_files[0]: hostile})
+    assert r.status is Status.PASSED and r.metrics["equivalence"] == "proved", r.feedback
+    assert not list(tmp_path.rglob("PWNED*"))
+
+
+def test_finish_at_elaboration_cannot_end_a_proof_early(stage, executor, tmp_path):
+    """`$finish` in an initial block: Yosys stops with an error (no proof), the simulation loses its samples."""
+    wrong = MUX_X.replace("always @(*)", "initial $finish;\n  always @(*)")
+    r = check(stage, executor, tmp_path, comb_task(MUX_0, "m"), {"rtl/top.sv": wrong})
+    assert r.status is Status.FAILED and r.metrics["equivalence"] == "refuted", r.feedback
+    assert r.metrics["formal"] == "error"
+
+
+def test_a_blackbox_attribute_cannot_fake_a_proof(stage, executor, tmp_path, examples):
+    """A design that hides itself from Yosys is compared by simulation, with its real behaviour."""
+    task = examples["counter"]
+    wrong = "(* blackbox *)\n" + completion("counter", "en_ignores_load")
+    r = check(stage, executor, tmp_path, task, {task.expected_files[0]: wrong})
+    assert r.status is Status.FAILED and r.metrics["equivalence"] == "refuted", r.feedback
+
+
+# -- refusals and errors ---------------------------------------------------------------------------------------
+def test_no_reference_is_skipped(stage, executor, tmp_path, examples):
+    task = examples["counter"]
+    bare = Task(id="bare", expected_files=task.expected_files, toplevel="counter")
+    r = check(stage, executor, tmp_path, bare, {task.expected_files[0]: completion("counter", "correct")})
+    assert r.status is Status.SKIPPED and r.score == 0.0
+    assert r.diagnostics[0].code == "no-reference" and "no reference design" in r.feedback
+
+
+def test_a_missing_tool_is_an_error(stage, executor, tmp_path, examples):
+    task = examples["counter"]
+    files = {task.expected_files[0]: completion("counter", "correct")}
+    r = check(stage, executor, tmp_path, task, files, yosys="rtlreward-no-such-yosys")
+    assert r.status is Status.ERROR and r.diagnostics[0].code == "tool-missing"
+    assert "apt-get install yosys" in r.feedback
+
+
+def test_missing_ports_fail_with_their_names(stage, executor, tmp_path, examples):
+    task = examples["fixed_priority_arbiter"]
+    files = {task.expected_files[0]: completion("fixed_priority_arbiter", "renamed_ports")}
+    r = check(stage, executor, tmp_path, task, files)
+    assert r.status is Status.FAILED and r.diagnostics[0].code == "missing-port"
+    assert "input req" in r.feedback
+
+
+# -- profiles ---------------------------------------------------------------------------------------------------
+def test_equiv_and_trusted_profiles_on_the_lfsr(lfsr):
+    """The LFSR harness passes the constant-0 and seed-ignoring designs; `equiv` and `trusted` do not."""
+    from rtlreward.engine import Engine
+
+    task, rel, text = lfsr
+    noseed = text.replace("lfsr_out <= lfsr_seed;", "lfsr_out <= 8'h01;")
+    items = [(task, Candidate(files={rel: body})) for body in (text, LFSR_CONST0, noseed)]
+    with Engine("equiv", cache=False) as engine:
+        ref, const0, seedless = engine.score_batch(items)
+    assert ref.passed and ref.total == pytest.approx(1.0) and ref.max_total == pytest.approx(1.0)
+    for r in (const0, seedless):
+        assert not r.passed and r.total < ref.total
+        assert r.stages["equivalence"].metrics["equivalence"] == "refuted"
+        assert "tests" not in r.stages  # no harness run
+    with Engine("trusted", cache=False) as engine:
+        ref, const0, seedless = engine.score_batch(items)
+    assert ref.passed and ref.total == pytest.approx(1.6), ref.feedback()
+    assert seedless.stages["tests"].status is Status.PASSED  # the harness is fooled ...
+    for r in (const0, seedless):
+        assert not r.passed and r.total < ref.total  # ... the trusted reward is not
