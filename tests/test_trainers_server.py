@@ -8,6 +8,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import server_helpers as sh
 
 from rtlreward.integration import load_tasks
 
@@ -18,14 +19,13 @@ ARBITER = ROOT / "examples" / "fixed_priority_arbiter"
 @pytest.fixture(scope="module")
 def server():
     from rtlreward.engine import Engine
-    from rtlreward_server.server import RewardService, serve_in_thread
 
     tasks = load_tasks(str(ARBITER))
-    srv, _ = serve_in_thread(RewardService(Engine(profile="seed"), tasks))
-    host, port = srv.server_address[:2]
-    yield f"http://{host}:{port}", tasks[0]
-    srv.shutdown()
-    srv.server_close()
+    engine = Engine(profile="seed")
+    # Inline tasks are off by default (they carry harness code); this module tests them, so it allows them.
+    with sh.running(engine, tasks, allow_inline_tasks=True) as url:
+        yield url, tasks[0]
+    engine.close()
 
 
 def _post(url, payload, raw=None):
@@ -70,6 +70,7 @@ def test_batch_keeps_good_items_when_one_is_bad(server):
     assert status == 200
     r = body["rewards"]
     assert r[0]["total"] == pytest.approx(1.4) and "unknown task id" in r[1]["error"] and r[2]["total"] == 0.0
+    assert r[1]["status"] == 404
 
 
 @pytest.mark.parametrize(

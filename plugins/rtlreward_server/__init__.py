@@ -1,15 +1,21 @@
-"""`rtlreward serve`: an HTTP reward server for any trainer. See docs/trainers/http-server.md."""
+"""`rtlreward serve`: a reward server for trainers in other processes or languages (Starlette on uvicorn, the
+`server` extra). See docs/trainers/http-server.md.
+
+Modules: `server` (the logic without HTTP: items, the bounded pool, batches), `app` (the HTTP endpoints, token,
+metrics, request log), `run` (uvicorn, the listen backlog, the request-head deadline, the bind rules),
+`jsonlimits` (body size and nesting depth before parsing), `client` (`AsyncRewardClient`, httpx).
+"""
 
 from __future__ import annotations
 
 from rtlreward import hookimpl
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 class ServerTrainer:
     name = "server"
-    description = "HTTP reward server (rtlreward serve): POST /score, /score_batch"
+    description = "HTTP reward server (rtlreward serve): POST /score, /score_batch, /get_reward (OpenRLHF)"
 
 
 @hookimpl
@@ -21,40 +27,131 @@ def rtlreward_register_trainers(register):
 def rtlreward_register_commands(app):
     import typer
 
+    from .app import DEFAULT_CLIENT_TIMEOUT
+    from .server import DEFAULT_MAX_QUEUE, DEFAULT_REQUEST_TIMEOUT
+
     @app.command("serve")
     def serve(
-        dataset: list[str] = typer.Option(
-            [],
-            "--dataset",
-            "-d",
-            help="Dataset name or path to load tasks from (repeatable); requests then name tasks by id.",
+        datasets: list[str] = typer.Argument(
+            None,
+            help="Dataset names or paths to load tasks from; requests then name tasks by id.",
+            metavar="DATASET",
+            show_default=False,
         ),
-        host: str = typer.Option("127.0.0.1", help="Address to listen on."),
-        port: int = typer.Option(8808, help="Port to listen on."),
-        profile: str = typer.Option("shaped", help="Reward profile: preset name or TOML file."),
-        executor: str = typer.Option("local", help="Executor: local, docker, ray."),
-        inline_tasks: bool = typer.Option(True, help="Accept whole task objects in requests."),
+        dataset: list[str] = typer.Option(
+            [], "--dataset", "-d", hidden=True
+        ),  # before DATASET was positional
+        host: str = typer.Option(
+            "127.0.0.1", help="Address to listen on. Anything but loopback needs --token."
+        ),
+        port: int = typer.Option(8808, help="Port to listen on (0: a free one, printed at start)."),
+        profile: str = typer.Option(
+            "shaped", "--profile", "-p", help="Reward profile: preset name or TOML file."
+        ),
+        executor: str = typer.Option("local", "--executor", "-x", help="Executor: local, docker, ray."),
+        inline_tasks: bool = typer.Option(
+            False,
+            "--allow-inline-tasks/--no-inline-tasks",
+            "--inline-tasks",
+            help="Accept whole task objects in requests. Off by default: an inline task carries harness code "
+            "the server runs, so any client could run code of its choosing in the sandbox.",
+        ),
+        token: str | None = typer.Option(
+            None,
+            "--token",
+            envvar="RTLREWARD_SERVER_TOKEN",
+            show_envvar=True,
+            help="Bearer token every request but GET /health must carry (prefer the environment variable: "
+            "a command line is visible to other users). Required when listening beyond loopback.",
+        ),
+        jobs: int | None = typer.Option(
+            None, "--jobs", "-j", min=1, help="Evaluations at once (default: the number of CPUs)."
+        ),
+        max_queue: int = typer.Option(
+            DEFAULT_MAX_QUEUE,
+            min=0,
+            help="Items that may wait for a worker; beyond it requests get 429 with Retry-After.",
+        ),
+        request_timeout: float = typer.Option(
+            DEFAULT_REQUEST_TIMEOUT,
+            help="Seconds a request may take, queue wait included (0: no limit); items not scored by then "
+            "get an error (504).",
+        ),
+        client_timeout: float = typer.Option(
+            DEFAULT_CLIENT_TIMEOUT,
+            min=0.1,
+            help="Seconds a client has to send its request head, and its body.",
+        ),
+        cache: bool = typer.Option(True, "--cache/--no-cache", help="Use the stage-result cache."),
+        log_requests: bool = typer.Option(
+            True, "--log-requests/--no-log-requests", help="One line per request on stderr."
+        ),
     ) -> None:
         """Serve rewards over HTTP: POST /score {"task_id", "completion"} returns the reward as JSON."""
+        import logging
+
+        try:
+            from .run import BindError, bind, check_bind, make_server
+        except ImportError as exc:
+            typer.echo(f"error: {exc}; install the server extra: pip install 'rtlreward[server]'", err=True)
+            raise typer.Exit(2) from None
         from rtlreward.engine import Engine
         from rtlreward.integration import load_tasks
-        from rtlreward_server.server import RewardService, make_server
 
+        from .server import RewardService
+
+        token = token or None  # RTLREWARD_SERVER_TOKEN="" is no token
+        try:
+            check_bind(host, token)
+        except BindError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
         tasks = []
-        for d in dataset:
+        for d in [*(datasets or []), *dataset]:
             try:
                 tasks += load_tasks(d)
             except (ValueError, OSError) as exc:
                 typer.echo(f"error: {exc}", err=True)
                 raise typer.Exit(2) from None
+        engine = Engine(profile=profile, executor=executor, jobs=jobs, cache=cache)
         service = RewardService(
-            Engine(profile=profile, executor=executor), tasks, allow_inline_tasks=inline_tasks
+            engine,
+            tasks,
+            allow_inline_tasks=inline_tasks,
+            jobs=jobs,
+            max_queue=max_queue,
+            request_timeout=request_timeout,
         )
-        server = make_server(service, host, port)
-        typer.echo(f"rtlreward serving {len(tasks)} tasks with profile {profile!r} on http://{host}:{port}")
+        access = logging.getLogger("rtlreward.server.access")
+        if log_requests:
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+            access.addHandler(handler)
+            access.setLevel(logging.INFO)
+        access.propagate = False
+        server = make_server(service, token=token, client_timeout=client_timeout)
         try:
-            server.serve_forever()
+            sock = bind(host, port, server.config.backlog)
+        except OSError as exc:
+            typer.echo(f"error: cannot listen on {host}:{port}: {exc}; choose another --port", err=True)
+            engine.close()
+            raise typer.Exit(2) from None
+        bound_host, bound_port = sock.getsockname()[:2]
+        url = (
+            f"http://[{bound_host}]:{bound_port}"
+            if ":" in bound_host
+            else f"http://{bound_host}:{bound_port}"
+        )
+        typer.echo(
+            f"rtlreward serving {len(tasks)} tasks with profile {profile!r} on {url} "
+            f"({service.jobs} workers, queue {service.max_queue}, "
+            f"{'token required' if token else 'no token'}, inline tasks {'on' if inline_tasks else 'off'})"
+        )
+        try:
+            server.run(sockets=[sock])
         except KeyboardInterrupt:
             pass
         finally:
-            server.server_close()
+            service.close()
+            sock.close()
+            engine.close()

@@ -1,58 +1,169 @@
-"""An HTTP reward server for trainers in other processes or languages (standard library only).
+"""The reward server's logic, independent of HTTP: requests -> (task, candidate) pairs -> a bounded pool of
+engine workers -> rewards. `rtlreward_server.app` puts HTTP (Starlette on uvicorn) in front of it; this module
+imports no web framework, so it can be embedded or tested directly (`RewardService.score(body)`).
 
-Endpoints (JSON in, JSON out):
-- `GET  /health`       -> {"status": "ok", "profile", "tasks"}
-- `GET  /tasks`        -> {"tasks": [ids]}
-- `POST /score`        {"task_id" | "task": {...}, "completion": str | "files": {path: text}, "sample"?}
-                       -> the Reward as JSON (Reward.to_dict())
-- `POST /score_batch`  {"items": [<as /score>, ...]} -> {"rewards": [...]} in order; identical items scored once
+Why a bounded pool with a bounded queue in front, and refusals beyond it: the standard-library server it
+replaces ran one `Engine.score` per connection thread, so 80 looping clients meant 80 simulations on 2 cores:
+a correct reply got 62x slower and once timed its compile out (a wrong reward, not just a slow one). Here at
+most `jobs` evaluations run at once, at most `max_queue` more wait, in order; a request that does not fit is
+refused whole (HTTP 429 with `Retry-After`, estimated from the measured time per evaluation), so an overloaded
+server answers quickly and every evaluation it does run gets the machine it was calibrated for.
 
-Bad requests get 4xx with {"error": "..."}; a failing item in a batch gets {"error": ...} in its slot and the
-others keep their rewards.
+A request's items are admitted all or nothing, then evaluated one by one in the pool; identical (task,
+candidate) items in one request are evaluated once (like `Engine.score_batch`), and concurrent identical items
+of different requests share one evaluation through the engine's own in-flight table. Each request has a time
+limit (`request_timeout`): items still queued then are cancelled (never evaluated); an item already running
+cannot be stopped (a Python thread cannot be killed; its commands have their own limits), so it keeps its
+slot until it ends and its result goes to the cache, where a retry finds it.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
+import concurrent.futures as cf
+import math
 import threading
-from collections.abc import Iterable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rtlreward.integration import TaskIndex
-from rtlreward.model import Candidate, Task
+import attrs
 
-MAX_BODY = 16 << 20  # 16 MiB: a batch of long replies fits; a memory bomb does not
+from rtlreward.integration import TaskIndex
+from rtlreward.model import ORIGIN_INLINE, Candidate, Reward, Task
+
+from .jsonlimits import MAX_BODY, BodyError
+
 MAX_BATCH = 1024
+DEFAULT_MAX_QUEUE = 1024  # the largest batch fits in an idle server
+DEFAULT_REQUEST_TIMEOUT = 300.0
+
+__all__ = [
+    "DEFAULT_MAX_QUEUE",
+    "DEFAULT_REQUEST_TIMEOUT",
+    "MAX_BATCH",
+    "MAX_BODY",
+    "BodyError",
+    "ItemError",
+    "Overloaded",
+    "RequestError",
+    "RewardService",
+]
 
 
 class RequestError(ValueError):
-    def __init__(self, message: str, status: int = 400) -> None:
+    """A request the server refuses as a whole; `status` is the HTTP status."""
+
+    def __init__(self, message: str, status: int = 400, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.headers = headers or {}
+
+
+class Overloaded(RequestError):
+    """No room in the queue: retry after `retry_after` seconds (sent as `Retry-After`)."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message, 429, {"Retry-After": str(retry_after)})
+        self.retry_after = retry_after
+
+
+@attrs.frozen(slots=True)
+class ItemError:
+    """One item of a request that got no reward: its slot in a batch answer is `{"error", "status"}`."""
+
+    message: str
+    status: int = 400
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": self.message, "status": self.status}
+
+
+class _Stats:
+    """Counters the /metrics endpoint reads (thread-safe; updated from the pool's threads)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.evaluations = 0  # Engine.score calls finished
+        self.rewards = 0  # rewards handed out (an item deduplicated within a request counts once per item)
+        self.item_errors: Counter[str] = Counter()  # by reason
+        self.stage_results: Counter[tuple[str, str]] = Counter()  # (stage, status) of evaluated candidates
+        self.stage_cached: Counter[str] = Counter()
+        self.rejected = 0  # requests refused for lack of room (429)
+        self.timed_out = 0  # items that missed their request's time limit
+
+    def count_reward(self, reward: Reward) -> None:
+        with self.lock:
+            self.evaluations += 1
+            for name, result in reward.stages.items():
+                self.stage_results[(name, result.status.value)] += 1
+                if result.cached:
+                    self.stage_cached[name] += 1
 
 
 class RewardService:
-    """The server's logic, independent of HTTP so it can be embedded and tested directly."""
+    """Tasks by id, a bounded pool of engine workers and the request formats, without HTTP.
 
-    def __init__(self, engine: Any, tasks: Iterable[Task] = (), *, allow_inline_tasks: bool = True) -> None:
+    `jobs` evaluations run at once (default: the engine's `jobs`), `max_queue` more may wait; a request whose
+    distinct items do not fit is refused (`Overloaded`, HTTP 429). `allow_inline_tasks` (off by default): inline
+    tasks carry harness code the server will run, so a client that may send them can run code of its choosing
+    in the sandbox; the core keeps their results in their own cache namespace either way."""
+
+    def __init__(
+        self,
+        engine: Any,
+        tasks: Iterable[Task] = (),
+        *,
+        allow_inline_tasks: bool = False,
+        jobs: int | None = None,
+        max_queue: int = DEFAULT_MAX_QUEUE,
+        request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
+    ) -> None:
         self.engine = engine
         self.tasks = TaskIndex(tasks)
         self.allow_inline_tasks = allow_inline_tasks
+        self.jobs = max(1, int(jobs or getattr(engine, "jobs", 0) or 1))
+        self.max_queue = max(0, int(max_queue))
+        self.capacity = self.jobs + self.max_queue
+        self.request_timeout = request_timeout if request_timeout and request_timeout > 0 else None
+        self.stats = _Stats()
+        self._fingerprints: dict[str, tuple[Task, str]] = {}
+        self._lock = threading.Lock()
+        self._pending = 0  # admitted items not finished: waiting + running
+        self._running = 0
+        self._mean_eval = 1.0  # seconds per evaluation, a moving average (for Retry-After)
+        self._pool = cf.ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="rtlreward-serve")
 
-    def _item(self, item: Any) -> tuple[Task, Candidate]:
+    # -- requests -> items ------------------------------------------------------------------------------------
+    def parse_item(self, item: Any) -> tuple[Task, Candidate]:
+        """One `{"task_id" | "task", "completion" | "files", "sample"?}` item, or RequestError saying what is
+        wrong with it. Never raises anything else, whatever the item holds."""
         if not isinstance(item, dict):
             raise RequestError("each item must be a JSON object")
         if "task" in item:
             if not self.allow_inline_tasks:
-                raise RequestError("inline tasks are disabled on this server: send a task_id", 403)
+                raise RequestError(
+                    "inline tasks are disabled on this server (they carry harness code it would run): send a "
+                    "task_id of a loaded task, or start the server with --allow-inline-tasks",
+                    403,
+                )
+            raw = item["task"]
+            if not isinstance(raw, dict):
+                raise RequestError("'task' must be a task object (Task.to_dict()), not " + type(raw).__name__)
             try:
-                task = Task.from_dict(item["task"])
-            except (KeyError, TypeError, ValueError) as exc:
-                raise RequestError(f"bad inline task: {exc}") from None
+                # Its own cache namespace, whatever the request says: an inline task never shares a cached
+                # result or an in-flight evaluation with a loaded task, even one with the same id.
+                task = Task.from_dict(raw, origin=ORIGIN_INLINE)
+                task.fingerprint()  # a value that cannot be hashed fails here, as this item's error
+            except Exception as exc:  # any shape a client can send must come back as this item's error
+                raise RequestError(f"bad inline task: {type(exc).__name__}: {exc}") from None
         elif "task_id" in item:
+            task_id = item["task_id"]
+            if not isinstance(task_id, str | int):
+                raise RequestError("'task_id' must be a string")
             try:
-                task = self.tasks.get(str(item["task_id"]))
+                task = self.tasks.get(str(task_id))
             except KeyError as exc:
                 raise RequestError(str(exc.args[0]), 404) from None
         else:
@@ -67,101 +178,214 @@ class RewardService:
             or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items())
         ):
             raise RequestError("'files' must map path strings to text strings")
-        return task, Candidate(text=completion, files=files, sample=int(item.get("sample", 0) or 0))
+        sample = item.get("sample", 0)
+        if sample is None:
+            sample = 0
+        if isinstance(sample, bool) or not isinstance(sample, int):
+            raise RequestError("'sample' must be an integer")
+        return task, Candidate(text=completion, files=files, sample=sample)
 
-    def score(self, body: Any) -> dict[str, Any]:
-        task, cand = self._item(body)
-        return self.engine.score(task, cand).to_dict()
-
-    def score_batch(self, body: Any) -> dict[str, Any]:
+    def batch_items(self, body: Any) -> list[Any]:
         items = body.get("items") if isinstance(body, dict) else None
         if not isinstance(items, list):
             raise RequestError('a batch is {"items": [...]}')
         if len(items) > MAX_BATCH:
             raise RequestError(f"at most {MAX_BATCH} items per batch; split the request", 413)
-        out: list[dict[str, Any] | None] = [None] * len(items)
-        pairs, slots = [], []
-        for i, item in enumerate(items):
+        return items
+
+    # -- the bounded pool -------------------------------------------------------------------------------------
+    def _fingerprint(self, task: Task) -> str:
+        """A loaded task's fingerprint, computed once (a CVDP task takes milliseconds to hash, and a 1024-item
+        batch is deduplicated on the event loop); anything else's, computed each time."""
+        loaded = self._fingerprints.get(task.id)
+        if loaded is not None and loaded[0] is task:
+            return loaded[1]
+        fp = task.fingerprint()
+        if task.id in self.tasks and self.tasks.get(task.id) is task:
+            self._fingerprints[task.id] = (task, fp)
+        return fp
+
+    def _retry_after(self, wanted: int) -> int:
+        with self._lock:
+            ahead = max(0, self._pending + wanted - self.capacity)
+            mean = self._mean_eval
+        return int(min(120, max(1, math.ceil((ahead + 1) * mean / self.jobs))))
+
+    def _admit(self, n: int) -> None:
+        if n > self.capacity:
+            raise RequestError(
+                f"{n} distinct items is more than this server can hold at once ({self.capacity}: "
+                f"{self.jobs} workers + --max-queue {self.max_queue}); split the request",
+                413,
+            )
+        with self._lock:
+            if self._pending + n <= self.capacity:
+                self._pending += n
+                return
+        with self.stats.lock:
+            self.stats.rejected += 1
+        raise Overloaded(
+            f"server busy: {self.queue_depth} items queued, {self.in_flight} running; retry later",
+            self._retry_after(n),
+        )
+
+    def _evaluate(self, task: Task, cand: Candidate) -> Reward:
+        with self._lock:
+            self._running += 1
+        start = time.monotonic()
+        try:
+            reward = self.engine.score(task, cand)
+        finally:
+            took = time.monotonic() - start
+            with self._lock:
+                self._running -= 1
+                self._mean_eval = 0.8 * self._mean_eval + 0.2 * took
+        self.stats.count_reward(reward)
+        return reward
+
+    def _release(self, _fut: cf.Future) -> None:
+        with self._lock:
+            self._pending -= 1
+
+    def submit(self, pairs: Sequence[tuple[Task, Candidate]]) -> tuple[list[cf.Future], list[int]]:
+        """Admit `pairs` (all or nothing: RequestError/Overloaded otherwise) and queue their distinct ones.
+        Returns the futures of the distinct pairs and, per pair, the index of its future."""
+        index: dict[tuple[str, str], int] = {}
+        slots: list[int] = []
+        unique: list[tuple[Task, Candidate]] = []
+        for task, cand in pairs:
+            key = (self._fingerprint(task), cand.fingerprint())
+            if key not in index:
+                index[key] = len(unique)
+                unique.append((task, cand))
+            slots.append(index[key])
+        if not unique:
+            return [], slots
+        self._admit(len(unique))
+        futures = []
+        try:
+            for task, cand in unique:
+                fut = self._pool.submit(self._evaluate, task, cand)
+                fut.add_done_callback(self._release)
+                futures.append(fut)
+        except RuntimeError:  # the pool was shut down (server stopping)
+            with self._lock:
+                self._pending -= len(unique) - len(futures)
+            for fut in futures:
+                fut.cancel()
+            raise RequestError("the server is shutting down", 503) from None
+        return futures, slots
+
+    def _outcomes(
+        self, pairs: Sequence[tuple[Task, Candidate]], futures: list[cf.Future], slots: list[int]
+    ) -> list[Reward | ItemError]:
+        """Per pair, its reward (with its own `sample`) or why it has none; cancels what is still queued."""
+        timeout_msg = (
+            f"not scored within the server's time limit ({self.request_timeout:g} s, --request-timeout); "
+            "an evaluation already running finishes and is cached, so a retry later is cheap"
+        )
+        done: list[Reward | ItemError] = []
+        for fut in futures:
+            if not fut.done():
+                fut.cancel()
+                done.append(ItemError(timeout_msg, 504))
+                with self.stats.lock:
+                    self.stats.timed_out += 1
+            elif fut.cancelled():
+                done.append(ItemError("cancelled: the server is shutting down", 503))
+            elif fut.exception() is not None:
+                exc = fut.exception()
+                done.append(ItemError(f"internal error while scoring: {type(exc).__name__}: {exc}", 500))
+            else:
+                done.append(fut.result())
+        out: list[Reward | ItemError] = []
+        seen: set[int] = set()
+        for (task, cand), slot in zip(pairs, slots, strict=True):
+            outcome = done[slot]
+            if isinstance(outcome, Reward) and slot in seen:
+                outcome = attrs.evolve(outcome, sample=cand.sample)
+                registry = getattr(self.engine, "registry", None)
+                if registry is not None:  # observers hear of every reward, as with Engine.score_batch
+                    registry.reward_computed(task, cand, outcome)
+            elif isinstance(outcome, Reward) and outcome.sample != cand.sample:
+                outcome = attrs.evolve(outcome, sample=cand.sample)
+            seen.add(slot)
+            out.append(outcome)
+        with self.stats.lock:
+            self.stats.rewards += sum(isinstance(o, Reward) for o in out)
+            for o in out:
+                if isinstance(o, ItemError):
+                    self.stats.item_errors[str(o.status)] += 1
+        return out
+
+    def run(self, pairs: Sequence[tuple[Task, Candidate]]) -> list[Reward | ItemError]:
+        """Score `pairs` through the pool, waiting in this thread (embedding, tests)."""
+        futures, slots = self.submit(pairs)
+        cf.wait(futures, timeout=self.request_timeout)
+        return self._outcomes(pairs, futures, slots)
+
+    async def arun(self, pairs: Sequence[tuple[Task, Candidate]]) -> list[Reward | ItemError]:
+        """Score `pairs` through the pool without blocking the event loop."""
+        futures, slots = self.submit(pairs)
+        if futures:
+            waiting = [asyncio.wrap_future(f) for f in futures]
+            await asyncio.wait(waiting, timeout=self.request_timeout)
+        return self._outcomes(pairs, futures, slots)
+
+    # -- request bodies ---------------------------------------------------------------------------------------
+    def split_batch(self, body: Any) -> tuple[list[tuple[Task, Candidate]], list[int | ItemError]]:
+        """The batch's valid pairs and, per item, the index of its pair or its error."""
+        pairs: list[tuple[Task, Candidate]] = []
+        where: list[int | ItemError] = []
+        for item in self.batch_items(body):
             try:
-                pairs.append(self._item(item))
-                slots.append(i)
+                pairs.append(self.parse_item(item))
+                where.append(len(pairs) - 1)
             except RequestError as exc:
-                out[i] = {"error": str(exc)}
-        for i, reward in zip(slots, self.engine.score_batch(pairs) if pairs else [], strict=True):
-            out[i] = reward.to_dict()
-        return {"rewards": out}
+                where.append(ItemError(str(exc), exc.status))
+                with self.stats.lock:
+                    self.stats.item_errors[str(exc.status)] += 1
+        return pairs, where
+
+    @staticmethod
+    def merge_batch(where: list[int | ItemError], outcomes: list[Reward | ItemError]) -> dict[str, Any]:
+        rewards = [(w if isinstance(w, ItemError) else outcomes[w]).to_dict() for w in where]
+        return {"rewards": rewards}
+
+    def score(self, body: Any) -> dict[str, Any]:
+        """`POST /score` without HTTP: the reward as a dict, or RequestError."""
+        (outcome,) = self.run([self.parse_item(body)])
+        if isinstance(outcome, ItemError):
+            raise RequestError(outcome.message, outcome.status)
+        return outcome.to_dict()
+
+    def score_batch(self, body: Any) -> dict[str, Any]:
+        """`POST /score_batch` without HTTP: `{"rewards": [...]}` in order, a bad item's slot holding
+        `{"error", "status"}` and the others their rewards."""
+        pairs, where = self.split_batch(body)
+        return self.merge_batch(where, self.run(pairs) if pairs else [])
+
+    # -- state ------------------------------------------------------------------------------------------------
+    @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return self._running
+
+    @property
+    def queue_depth(self) -> int:
+        with self._lock:
+            return max(0, self._pending - self._running)
 
     def health(self) -> dict[str, Any]:
         return {
             "status": "ok",
             "profile": getattr(getattr(self.engine, "profile", None), "name", None),
             "tasks": len(self.tasks),
+            "in_flight": self.in_flight,
+            "queue_depth": self.queue_depth,
+            "capacity": self.capacity,
         }
 
-
-def make_handler(service: RewardService) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "rtlreward"
-
-        def log_message(self, format: str, *args: Any) -> None:  # quiet by default; trainers log themselves
-            return
-
-        def _send(self, status: int, payload: Any) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self) -> None:
-            if self.path == "/health":
-                self._send(200, service.health())
-            elif self.path == "/tasks":
-                self._send(200, {"tasks": [t.id for t in service.tasks]})
-            else:
-                self._send(404, {"error": f"no such endpoint {self.path}; see GET /health, /tasks"})
-
-        def do_POST(self) -> None:
-            routes = {"/score": service.score, "/score_batch": service.score_batch}
-            handler = routes.get(self.path)
-            if handler is None:
-                self._send(404, {"error": f"no such endpoint {self.path}; POST /score or /score_batch"})
-                return
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                self._send(400, {"error": "bad Content-Length"})
-                return
-            if length > MAX_BODY:
-                self._send(413, {"error": f"request body over {MAX_BODY} bytes"})
-                return
-            try:
-                body = json.loads(self.rfile.read(length) or b"null")
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                self._send(400, {"error": f"request body is not JSON: {exc}"})
-                return
-            try:
-                self._send(200, handler(body))
-            except RequestError as exc:
-                self._send(exc.status, {"error": str(exc)})
-            except Exception as exc:  # the server stays up; the client learns what broke
-                self._send(500, {"error": f"{type(exc).__name__}: {exc}"})
-
-    return Handler
-
-
-def make_server(service: RewardService, host: str = "127.0.0.1", port: int = 8808) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer((host, port), make_handler(service))
-    server.daemon_threads = True
-    return server
-
-
-def serve_in_thread(
-    service: RewardService, host: str = "127.0.0.1", port: int = 0
-) -> tuple[ThreadingHTTPServer, threading.Thread]:
-    """Start a server on a free port in a background thread (tests, notebooks); `server.shutdown()` stops it."""
-    server = make_server(service, host, port)
-    thread = threading.Thread(target=server.serve_forever, name="rtlreward-server", daemon=True)
-    thread.start()
-    return server, thread
+    def close(self) -> None:
+        """Stop taking work; queued items are cancelled, running ones finish in the background."""
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,372 @@
+"""The docker executor's cost, warm and cold, against the local executor and the benchmark's own way, on the same
+candidates: the official CVDP LFSR example (cvdp_adapter/data/) with its reference solution, each copy made
+distinct by a comment line so that nothing is shared or cached.
+
+  compose    the benchmark's own way: a fresh problem folder, then `docker-compose run --rm` of its service
+             (the compose file's `build: .` image, FROM the sim image, built once before timing), with the
+             /code folders mounted and `-w /code/rundir`, as NVlabs/cvdp_benchmark does. Without docker-compose:
+             one `docker run` per service as bench/bench_cvdp.py does (the header says which).
+  harness    the raw harness: its pytest command alone on this machine (no container, no sandbox), the floor.
+  local      `Engine(profile)` with the local executor (bubblewrap when usable).
+  warm       the same engine with `DockerExecutor()`: one long-lived container per worker slot, `docker exec`.
+  cold       the same engine with `DockerExecutor(warm=False)`: a container per command.
+
+Latency: every contender scores one candidate per round, sequentially, contenders interleaved and rotated
+round by round; p50/p95 over the rounds (after one untimed warm-up candidate each: the first container start,
+the warm slots learning the service mounts). Throughput: a batch of `--batch` distinct candidates per engine
+contender with --jobs workers. The goal printed at the end: warm <= 1.3x local (p50).
+
+Usage: python bench/bench_docker.py [--repeat 6] [--batch 6] [--jobs 2] [--profile strict] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_cvdp import benchmark_way, default_image, docker_problem, layout
+from common import Missing, header, require_python, require_tools, run_main, table, temp_dir
+
+TASK_ID = "cvdp_copilot_lfsr_0001"
+GOAL = 1.3  # warm docker p50 at most this many times the local executor's
+
+
+def candidates(task: Any, n: int, tag: str) -> list[dict[str, str]]:
+    """n copies of the reference answer, each with its own trailing comment (distinct fingerprints)."""
+    out = []
+    for i in range(n):
+        files = dict(task.reference)
+        for rel in files:
+            if rel.endswith((".v", ".sv")):
+                files[rel] = files[rel].rstrip("\n") + f"\n// {tag} copy {i} {uuid.uuid4().hex[:8]}\n"
+        out.append(files)
+    return out
+
+
+# --- the references ---------------------------------------------------------------------------------------------
+
+
+def compose_way(task: Any, answer: dict[str, str], image: str, project: str) -> dict[str, Any]:
+    """One candidate the benchmark's way: lay out the problem, `docker-compose run --rm` each service."""
+    import yaml
+
+    with temp_dir("compose") as root:
+        layout(root, task, answer)
+        dockerfile = root / "Dockerfile"
+        if dockerfile.is_file():
+            dockerfile.write_text(dockerfile.read_text().replace("__OSS_SIM_IMAGE__", image))
+        compose = yaml.safe_load((root / "docker-compose.yml").read_text())
+        codes = []
+        for name, svc in (compose.get("services") or {}).items():
+            if not (svc or {}).get("build") and "image" in (svc or {}):
+                text = (root / "docker-compose.yml").read_text().replace("__OSS_SIM_IMAGE__", image)
+                (root / "docker-compose.yml").write_text(text)
+            argv = ["docker-compose", "-p", project, "run", "--rm", "-w", "/code/rundir"]
+            argv += ["-u", f"{os.getuid()}:{os.getgid()}"]
+            for d in ("docs", "rtl", "verif", "src", "rundir"):
+                argv += ["-v", f"{root / d}:/code/{d}"]
+            r = subprocess.run([*argv, name], cwd=root, capture_output=True, text=True, timeout=900)
+            codes.append(r.returncode)
+            if r.returncode != 0 and os.environ.get("RTLREWARD_BENCH_VERBOSE"):
+                print(r.stdout[-3000:], r.stderr[-3000:], file=sys.stderr)
+        return {"passed": bool(codes) and all(c == 0 for c in codes), "codes": codes}
+
+
+def compose_build(task: Any, image: str, project: str) -> str | None:
+    """Build the compose service image once (untimed), as the benchmark's first run does; None when
+    docker-compose cannot be used here (then the `docker run` form is the reference)."""
+    if shutil.which("docker-compose") is None:
+        return "docker-compose is not installed"
+    with temp_dir("compose-build") as root:
+        layout(root, task, dict(task.reference))
+        dockerfile = root / "Dockerfile"
+        if dockerfile.is_file():
+            dockerfile.write_text(dockerfile.read_text().replace("__OSS_SIM_IMAGE__", image))
+        r = subprocess.run(
+            ["docker-compose", "-p", project, "build"], cwd=root, capture_output=True, text=True, timeout=900
+        )
+        if r.returncode != 0:
+            return f"docker-compose build failed: {(r.stderr or r.stdout).strip()[-300:]}"
+    return None
+
+
+def compose_down(project: str) -> None:
+    """Remove what `docker-compose build` tagged for this run (`<project>_<service>`)."""
+    r = subprocess.run(
+        ["docker", "images", "--format", "{{.Repository}}:{{.Tag}}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    tags = [t for t in r.stdout.split() if t.startswith(f"{project}_")]
+    if tags:
+        subprocess.run(["docker", "rmi", *tags], capture_output=True, timeout=120)
+
+
+def raw_harness(task: Any, answer: dict[str, str]) -> dict[str, Any]:
+    """The harness's own pytest command, run directly on this machine with the /code paths rewritten."""
+    import yaml
+
+    with temp_dir("harness") as root:
+        layout(root, task, answer)
+        compose = yaml.safe_load((root / "docker-compose.yml").read_text())
+        codes = []
+        for svc in (compose.get("services") or {}).values():
+            env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TMPDIR")}
+            for ef in (
+                [svc.get("env_file")] if isinstance(svc.get("env_file"), str) else svc.get("env_file") or []
+            ):
+                for line in (root / ef).read_text().splitlines():
+                    if "=" in line and not line.lstrip().startswith("#"):
+                        k, _, v = line.partition("=")
+                        env[k.strip()] = (
+                            v.strip().replace("/code/", f"{root}/").replace("/src", f"{root}/src")
+                        )
+            env["PYTHONPATH"] = f"{root}/src"
+            env["HOME"] = str(root / "rundir")
+            cmd = svc["command"]
+            argv = shlex.split(cmd) if isinstance(cmd, str) else [str(c) for c in cmd]
+            argv = [a.replace("/rundir/", f"{root}/rundir/").replace("/src/", f"{root}/src/") for a in argv]
+            if argv and argv[0] == "pytest":
+                argv = [sys.executable, "-m", "pytest", *argv[1:]]
+            r = subprocess.run(
+                argv, cwd=root / "rundir", env=env, capture_output=True, text=True, timeout=900
+            )
+            codes.append(r.returncode)
+            if r.returncode != 0 and os.environ.get("RTLREWARD_BENCH_VERBOSE"):
+                print(r.stdout[-3000:], r.stderr[-3000:], file=sys.stderr)
+        return {"passed": bool(codes) and all(c == 0 for c in codes), "codes": codes}
+
+
+# --- rtlreward ------------------------------------------------------------------------------------------------
+
+
+def engine_asks_executor_for_workspaces() -> bool:
+    import rtlreward.engine
+
+    return "release_workspace" in inspect.getsource(rtlreward.engine)
+
+
+class Contender:
+    """One rtlreward engine kept for the whole run (warm containers are about the steady state); closed (with
+    its executor) by `close`."""
+
+    def __init__(self, profile: str, executor: Any) -> None:
+        from rtlreward.engine import Engine
+
+        self.executor = executor
+        self.engine = Engine(profile=profile, executor=executor, cache=False, jobs=1)
+        self.shim = False
+
+    def _calls(self):
+        """The engine makes its workspaces through the executor (`make_workspace`), or, until it does, the
+        bench makes that call for it."""
+        import contextlib
+
+        import rtlreward.engine
+
+        if not hasattr(self.executor, "make_workspace") or engine_asks_executor_for_workspaces():
+            return contextlib.nullcontext()
+        self.shim = True
+        return _patched(rtlreward.engine, "make_workspace", self.executor.make_workspace)
+
+    def one(self, task: Any, files: dict[str, str]) -> Any:
+        from rtlreward.model import Candidate
+
+        with self._calls():
+            return self.engine.score(task, Candidate(files=files))
+
+    def batch(self, task: Any, answers: list[dict[str, str]], jobs: int) -> list[Any]:
+        from rtlreward.model import Candidate
+
+        with self._calls():
+            items = [(task, Candidate(files=f, sample=i)) for i, f in enumerate(answers)]
+            return self.engine.score_batch(items, jobs=jobs)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+class _patched:
+    def __init__(self, module: Any, name: str, value: Any) -> None:
+        self.module, self.name, self.value = module, name, value
+
+    def __enter__(self) -> None:
+        self.saved = getattr(self.module, self.name)
+        setattr(self.module, self.name, self.value)
+
+    def __exit__(self, *exc: object) -> None:
+        setattr(self.module, self.name, self.saved)
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    k = (len(xs) - 1) * p
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=6, help="latency rounds (one candidate per contender each)")
+    ap.add_argument("--batch", type=int, default=6, help="distinct candidates in the throughput batch")
+    ap.add_argument("--jobs", type=int, default=2, help="workers of the throughput batch")
+    ap.add_argument("--profile", default="strict", help="rtlreward profile (default strict: CVDP's verdict)")
+    ap.add_argument("--image", default=None, help="sim image (default: rtlreward's)")
+    ap.add_argument("--json", type=Path, help="also write the numbers to this JSON file")
+    args = ap.parse_args()
+
+    require_tools("iverilog", "docker")
+    require_python("cocotb_tools.runner", "yaml", "docker", "rtlreward.engine", "cvdp_adapter")
+    header("rtlreward bench_docker")
+    from rtlreward.integration import load_tasks
+    from rtlreward.sandbox.docker import DockerExecutor
+
+    task = next((t for t in load_tasks("cvdp") if t.id == TASK_ID), None)
+    if task is None or not task.reference:
+        raise Missing(f"the vendored CVDP example {TASK_ID} (cvdp_adapter/data/) is missing")
+    image = args.image or default_image()
+    why: list[str] = []
+    if not docker_problem(why, image):
+        raise Missing("; ".join(why))
+    project = f"rtlbench{uuid.uuid4().hex[:8]}"
+    compose_why = compose_build(task, image, project)
+    ref_name = "compose" if compose_why is None else "docker run"
+    print(f"candidates: {TASK_ID} reference solution, a distinct copy per run; profile {args.profile}")
+    print(
+        "benchmark's own way: "
+        + (
+            "`docker-compose run --rm` per candidate (compose image built once, untimed)"
+            if compose_why is None
+            else f"one `docker run` per service as bench_cvdp.py ({compose_why})"
+        )
+    )
+
+    def reference(files: dict[str, str]) -> Any:
+        if compose_why is None:
+            return compose_way(task, files, image, project)
+        return benchmark_way(task, files, image)
+
+    warm_ex = DockerExecutor(image=image, slots=args.jobs)
+    cold_ex = DockerExecutor(image=image, warm=False)
+    contenders = {
+        "local": Contender(args.profile, "local"),
+        "warm": Contender(args.profile, warm_ex),
+        "cold": Contender(args.profile, cold_ex),
+    }
+    runs: dict[str, Any] = {
+        ref_name: reference,
+        "harness": lambda files: raw_harness(task, files),
+        **{n: (lambda files, c=c: c.one(task, files)) for n, c in contenders.items()},
+    }
+    names = list(runs)
+    lat: dict[str, list[float]] = {n: [] for n in names}
+    passed: dict[str, list[bool]] = {n: [] for n in names}
+    stages: dict[str, dict[str, list[float]]] = {n: {} for n in contenders}
+    thr: dict[str, float] = {}
+    try:
+        print(f"latency: {args.repeat} rounds after one untimed warm-up each, contenders rotated per round")
+        for n in names:  # the first container start, slots learning the service mounts, imports, disk caches
+            runs[n](candidates(task, 1, f"warmup-{n}")[0])
+        warm_ex.settle()
+        for r in range(args.repeat):
+            order = names[r % len(names) :] + names[: r % len(names)]
+            for n in order:
+                files = candidates(task, 1, f"{n}-{r}")[0]
+                t0 = time.perf_counter()
+                out = runs[n](files)  # warm: includes waiting for the slot's check after the last candidate
+                lat[n].append(time.perf_counter() - t0)
+                passed[n].append(bool(out["passed"] if isinstance(out, dict) else out.passed))
+                for k, v in getattr(out, "stages", {}).items():
+                    stages[n].setdefault(k, []).append(v.duration)
+        print(
+            f"throughput: a batch of {args.batch} distinct candidates, jobs={args.jobs}, per engine contender"
+        )
+        for n, c in contenders.items():
+            t0 = time.perf_counter()
+            out = c.batch(task, candidates(task, args.batch, f"batch-{n}"), args.jobs)
+            thr[n] = len(out) / (time.perf_counter() - t0)
+            passed[n].extend(r.passed for r in out)
+        stats = warm_ex.stats()
+        shim = contenders["warm"].shim
+    finally:
+        for c in contenders.values():
+            c.close()
+        if compose_why is None:
+            compose_down(project)
+
+    p50 = {n: statistics.median(v) for n, v in lat.items()}
+    rows = []
+    for n in names:
+        rows.append(
+            [
+                n,
+                p50[n],
+                pct(lat[n], 0.95),
+                f"{1 / statistics.mean(lat[n]):.3f}",
+                f"{thr[n]:.3f}" if n in thr else "-",
+                f"{p50[n] / p50['local']:.2f}x",
+                f"{p50[n] / p50[ref_name]:.2f}x",
+                f"{p50[n] / p50['harness']:.2f}x",
+                f"{sum(passed[n])}/{len(passed[n])}",
+            ]
+        )
+    print()
+    print(
+        table(
+            rows,
+            [
+                "contender",
+                "p50 s",
+                "p95 s",
+                "seq cand/s",
+                f"batch cand/s (j={args.jobs})",
+                "p50 / local",
+                f"p50 / {ref_name}",
+                "p50 / harness",
+                "passed",
+            ],
+        )
+    )
+    goal = p50["warm"] / p50["local"]
+    print()
+    print(f"warm docker / local (p50): {goal:.2f}x (goal <= {GOAL}x): {'met' if goal <= GOAL else 'NOT met'}")
+    print(f"cold docker / warm docker (p50): {p50['cold'] / p50['warm']:.2f}x")
+    for n, per in stages.items():
+        parts = ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in per.items())
+        print(f"where the time goes ({n}, median s per stage): {parts}")
+    print(f"warm executor: {dict(sorted(stats.items()))}")
+    if shim:
+        print("note: this engine does not make workspaces through its executor yet; the bench made that call")
+    report = {
+        "reference": ref_name,
+        "profile": args.profile,
+        "latency": lat,
+        "p50": p50,
+        "p95": {n: pct(v, 0.95) for n, v in lat.items()},
+        "throughput": thr,
+        "passed": {n: sum(v) for n, v in passed.items()},
+        "warm_stats": stats,
+        "stages": {n: {k: statistics.median(v) for k, v in per.items()} for n, per in stages.items()},
+        "load": os.getloadavg(),
+    }
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    return 0 if all(all(v) for v in passed.values()) else 1
+
+
+if __name__ == "__main__":
+    run_main(main)
