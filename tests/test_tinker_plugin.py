@@ -72,7 +72,7 @@ def test_harmony_tool_call_is_parsed():
 
 
 def test_renderer_parsed_calls_and_unparsed_args_calls(offline_tokenizers):
-    from rtlreward_tinker.env import get_renderer
+    from rtlreward_tinker.base import get_renderer
 
     r = get_renderer("qwen3", H.QWEN3_MODEL)
     stop = r.get_stop_sequences()[0]
@@ -188,7 +188,8 @@ def test_cli_register_works_on_any_typer_group():
 
 # -- prompts, splits, curriculum, pickling ---------------------------------------------------------------------
 def test_long_specs_are_cut_in_the_middle_keeping_the_instruction(offline_tokenizers):
-    from rtlreward_tinker.env import get_renderer, prompt_for
+    from rtlreward_tinker.base import get_renderer
+    from rtlreward_tinker.prompts import prompt_for
 
     instruction = "Design module `lfsr_8bit` in rtl/lfsr_8bit.sv following the spec below.\n"
     tail = "\nReturn the complete file rtl/lfsr_8bit.sv in one fenced code block."
@@ -204,6 +205,25 @@ def test_long_specs_are_cut_in_the_middle_keeping_the_instruction(offline_tokeni
     assert user.startswith(instruction) and user.endswith(tail) and "truncated" in user
     same, none_cut = prompt_for(task, renderer, 10**6)
     assert none_cut == 0 and same[-1]["content"] == task.prompt
+
+
+def test_the_prompt_is_the_datasets_never_guessed_from_the_task_id(monkeypatch):
+    from rtlreward_tinker import prompts
+
+    # An id that looks like CVDP's, from no registered dataset: the task's own prompt, in every style.
+    lookalike = Task(id="cvdp_agentic_lookalike_0001", prompt="the request", system_prompt="the system")
+    chat = [{"role": "system", "content": "the system"}, {"role": "user", "content": "the request"}]
+    assert prompts.task_messages(lookalike) == chat
+    assert prompts.task_messages(lookalike, "agentic") == chat
+
+    class OwnChat:
+        def messages(self, task, style):
+            return [{"role": "user", "content": f"{style}:{task.id}"}]
+
+    monkeypatch.setattr(prompts, "dataset_of", lambda task: OwnChat() if task.dataset == "mine" else None)
+    assert prompts.task_messages(Task(id="t1", dataset="mine"), "agentic") == [
+        {"role": "user", "content": "agentic:t1"}
+    ]
 
 
 def test_split_is_deterministic_and_curriculum_orders_by_difficulty():
@@ -280,7 +300,8 @@ def test_bwrap_sandbox_has_the_cvdp_layout_limits_and_a_readonly_host(tmp_path):
         _, _, timed_out = sb.run("sleep 60", 1)
         assert timed_out
         out, rc, _ = sb.run(f"rm -rf {sentinel}; echo x > {sentinel}; echo rc=$?", 30)
-        assert "Read-only" in out
+        # the host is read-only or not there at all (the local sandbox shows only what the tools need)
+        assert "rc=1" in out and ("Read-only" in out or "No such file" in out)
         sb.run("echo hi > /code/rtl/a.sv", 10)
         assert (sb.root / "rtl" / "a.sv").read_text() == "hi\n"
     finally:

@@ -47,10 +47,10 @@ def _load(path: Path, task_id: str | None = None) -> tuple[Task, dict[str, str]]
     task = next(t for t in tasks if task_id is None or t.id == task_id)
     reference = task.reference
     if not reference:
-        from cvdp_adapter.conformance import record_reference
+        from cvdp_adapter.records import parse_record
 
         rec = next(json.loads(line) for line in path.read_text().splitlines() if task.id in line)
-        reference = record_reference(rec)
+        reference = parse_record(rec).reference()
     return task, reference
 
 
@@ -74,7 +74,7 @@ def _reply(model: str, text: str) -> str:
 
 
 def _script(model: str, renderer_name: str, replies) -> H.Script:
-    from rtlreward_tinker.env import get_renderer
+    from rtlreward_tinker.base import get_renderer
 
     renderer = get_renderer(renderer_name, model)
     return H.Script(replies, renderer.tokenizer, renderer.get_stop_sequences()[0])
@@ -94,11 +94,11 @@ class CountingEngine:
 
 @pytest.fixture
 def counting_engine(monkeypatch):
-    import rtlreward_tinker.env as env_mod
+    import rtlreward_tinker.base as base_mod
 
-    real = env_mod.get_engine(PROFILE, "local")
+    real = base_mod.get_engine(PROFILE, "local")
     counting = CountingEngine(real)
-    monkeypatch.setattr(env_mod, "get_engine", lambda profile, executor: counting)
+    monkeypatch.setattr(base_mod, "get_engine", lambda profile, executor: counting)
     return counting
 
 
@@ -260,7 +260,7 @@ def _episode(task: Task, replies: list[str], model: str = H.QWEN3_MODEL, rendere
     from tinker_cookbook.rl.rollouts import do_group_rollout
 
     from rtlreward_tinker.agentic import AgenticGroupBuilder
-    from rtlreward_tinker.env import get_renderer
+    from rtlreward_tinker.base import get_renderer
 
     renderer = get_renderer(renderer_name, model)
     tok = renderer.tokenizer
@@ -389,7 +389,7 @@ def test_agentic_sandboxes_are_released_when_the_rollout_fails(offline_tokenizer
                 model_input, stop
             )
 
-    from rtlreward_tinker.env import get_renderer
+    from rtlreward_tinker.base import get_renderer
 
     tok = get_renderer("qwen3", H.QWEN3_MODEL).tokenizer
     builder = agentic.AgenticGroupBuilder(
@@ -450,7 +450,8 @@ def test_refinement_feeds_diagnostics_back_and_rewards_per_mode(offline_tokenize
 
 def test_cvdp_prompt_is_the_benchmarks_and_long_context_is_cut_not_the_request(offline_tokenizers, arbiter):
     from cvdp_adapter import build_messages
-    from rtlreward_tinker.env import get_renderer, prompt_for
+    from rtlreward_tinker.base import get_renderer
+    from rtlreward_tinker.prompts import prompt_for
 
     task, _ = arbiter
     renderer = get_renderer("qwen3", H.QWEN3_MODEL)
@@ -462,6 +463,21 @@ def test_cvdp_prompt_is_the_benchmarks_and_long_context_is_cut_not_the_request(o
     request = task.metadata.get("request") or task.prompt
     assert request.strip()[-80:] in short[-1]["content"]  # the instruction survives whole
     assert "characters of context truncated" in short[-1]["content"]
+
+
+def test_an_agentic_episode_over_a_copilot_record_gets_the_datasets_agentic_chat(lfsr):
+    """The dataset, not the plugin, builds the chat: the copilot record's task as loaded, and its agentic form
+    (workspace layout, no inlined files) from `CvdpDataset.messages`."""
+    from cvdp_adapter import build_messages
+    from rtlreward_tinker.prompts import task_messages
+
+    task, _ = lfsr
+    assert task_messages(task) == [
+        {"role": "system", "content": task.system_prompt},
+        {"role": "user", "content": task.prompt},
+    ]
+    agentic = task_messages(task, "agentic")
+    assert agentic == build_messages(task, "agentic") and agentic != task_messages(task)
 
 
 @pytest.mark.docker

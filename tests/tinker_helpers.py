@@ -126,7 +126,7 @@ class Script:
         with self._lock:
             self.calls += 1
             text = self.replies(prompt) if callable(self.replies) else self.replies[next(self._cycle)]
-        from rtlreward_tinker.env import tokenizer_lock
+        from rtlreward_tinker.base import tokenizer_lock
 
         with tokenizer_lock(self.tokenizer):  # the envs render in worker threads meanwhile
             tokens = list(self.tokenizer.encode(text, add_special_tokens=False))

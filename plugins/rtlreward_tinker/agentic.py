@@ -4,8 +4,14 @@ Each episode gets its own sandbox holding `/code/docs`, `/code/rtl`, `/code/veri
 `/code/prompt.json` (the task's context files in place). The model's tool calls (Qwen `<tool_call>` JSON with
 `arguments` or `args`, Harmony for gpt-oss, a fenced ```bash block as a fallback) run there with a per-command
 time limit; their output, cut to a budget, is the next observation. The episode ends when the model answers
-without a tool call, at `max_turns`, or on a parse error; then the task's harness scores the files the agent
-created or changed (`Candidate(files=...)` through the Engine), the whole group in one batch.
+without a tool call, at `max_turns`, or on a parse error; then the sandbox is stopped (no agent process is
+left to swap names while we read) and the task's harness scores the files the agent created or changed
+(`Candidate(files=...)` through the Engine), the whole group in one batch.
+
+Collected files never leave the sandbox by reference: `collect.collect_files` reads regular files only, inside
+the workspace, through descriptors that never follow a link, within size and count budgets; what it skips is
+in the episode's last step (`logs["collect/skipped"]`), in the reward metrics (`agent/collect_skipped`) and in
+the log.
 
 Sandbox: a Docker container per episode (`--network none`, memory/pids/cpu limits) when a Docker engine and the
 image are there, else bubblewrap with the workspace bound at `/code` (read-only host, private /tmp, no network).
@@ -38,20 +44,15 @@ from tinker_cookbook.rl.types import Env
 from rtlreward.model import Candidate, Task
 from rtlreward.stage import write_files
 from rtlreward_tinker import toolcalls
-from rtlreward_tinker.env import (
-    TaskGroupBuilder,
-    message_env_adapter,
-    score_group,
-    task_messages,
-)
+from rtlreward_tinker.base import GroupBuilder, message_env_adapter, score_group
+from rtlreward_tinker.collect import Budget, Collection, collect_files, make_tree_removable, root_identity
+from rtlreward_tinker.prompts import task_messages
 
 log = logging.getLogger("rtlreward.tinker")
 
 LAYOUT_DIRS = ("docs", "rtl", "verif", "rundir")
 CANDIDATE_DIRS = ("rtl", "verif", "docs")
-MAX_CANDIDATE_FILE = 1 << 20
 MAX_OUTPUT = 1 << 20  # bytes of command output read back from a container
-SKIP_SUFFIXES = (".vvp", ".out", ".vcd", ".fst", ".o", ".so", ".pyc")
 
 BASH_TOOL = {
     "name": toolcalls.TOOL_NAME,
@@ -77,8 +78,12 @@ class SandboxUnavailable(RuntimeError):
 
 class AgentSandbox(Protocol):
     root: Path  # the host folder seen as /code
+    root_id: tuple[int, int]  # its (st_dev, st_ino) when made: the collection checks it is still that folder
 
     def run(self, command: str, timeout: float) -> tuple[str, int, bool]: ...
+
+    def stop(self) -> None:
+        """End every process of the agent; afterwards nothing writes the workspace any more."""
 
     def close(self) -> None: ...
 
@@ -93,13 +98,12 @@ def truncate_output(text: str, budget: int) -> str:
 
 
 def remove_tree(path: str) -> None:
-    """Remove a sandbox folder even after the agent chmod-ed parts of it to 000; never raises."""
-    try:
-        from rtlreward.sandbox.local import remove_workspace
-
-        remove_workspace(Path(path))
-    except Exception:
-        shutil.rmtree(path, ignore_errors=True)
+    """Remove a sandbox folder even after the agent chmod-ed parts of it to 000; never raises, never follows a
+    link the agent left (a chmod through `rtl/x -> ~/.ssh/id_rsa` would change a host file). Call it after the
+    sandbox is stopped."""
+    with contextlib.suppress(Exception):
+        make_tree_removable(Path(path))
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def prepare_workspace(root: Path, task: Task) -> None:
@@ -110,26 +114,17 @@ def prepare_workspace(root: Path, task: Task) -> None:
     (root / "prompt.json").write_text(json.dumps({"prompt": task.prompt}, indent=2))
 
 
+def collect_answer(
+    root: Path, task: Task, identity: tuple[int, int] | None = None, budget: Budget | None = None
+) -> Collection:
+    """Text files the agent created or changed under rtl/, verif/ and docs/ (its answer, like CVDP's patch), read
+    without following links and within the budget (see `collect`)."""
+    return collect_files(root, CANDIDATE_DIRS, unchanged=task.context, budget=budget, identity=identity)
+
+
 def changed_files(root: Path, task: Task) -> dict[str, str]:
-    """Text files the agent created or changed under rtl/, verif/ and docs/: its answer, like CVDP's patch."""
-    out: dict[str, str] = {}
-    for top in CANDIDATE_DIRS:
-        base = root / top
-        if not base.is_dir():
-            continue
-        for path in sorted(base.rglob("*")):
-            if not path.is_file() or path.is_symlink() or path.suffix in SKIP_SUFFIXES:
-                continue
-            if path.stat().st_size > MAX_CANDIDATE_FILE:
-                continue
-            rel = path.relative_to(root).as_posix()
-            try:
-                text = path.read_text()
-            except (UnicodeDecodeError, OSError):
-                continue
-            if task.context.get(rel) != text:
-                out[rel] = text
-    return out
+    """The files of `collect_answer` alone."""
+    return collect_answer(root, task).files
 
 
 class BwrapSandbox:
@@ -151,6 +146,7 @@ class BwrapSandbox:
         self.tmp = tempfile.mkdtemp(prefix="rtlreward-agent-")
         self.root = Path(self.tmp) / "code"
         self.root.mkdir()
+        self.root_id = root_identity(self.root)
         prepare_workspace(self.root, task)
         self.memory_mb = memory_mb
 
@@ -166,6 +162,9 @@ class BwrapSandbox:
             limits=Limits(timeout=timeout, memory_mb=self.memory_mb),
         )
         return r.output, r.returncode, r.timed_out
+
+    def stop(self) -> None:
+        """Nothing to do: every command runs in its own PID namespace whose processes die with it."""
 
     def close(self) -> None:
         remove_tree(self.tmp)
@@ -183,6 +182,7 @@ class DockerSandbox:
         self.tmp = tempfile.mkdtemp(prefix="rtlreward-agent-")
         self.root = Path(self.tmp) / "code"
         self.root.mkdir()
+        self.root_id = root_identity(self.root)
         prepare_workspace(self.root, task)
         # A name of our own, so a container whose start timed out can still be found and removed.
         self.name = f"rtlreward-agent-{uuid.uuid4().hex[:12]}"
@@ -238,6 +238,8 @@ class DockerSandbox:
         self.container = r.stdout.strip()
 
     def run(self, command: str, timeout: float) -> tuple[str, int, bool]:
+        if not self.container:
+            return "the sandbox is stopped", 125, False
         # `timeout` inside the container kills the command's process group; the host-side limit is a backstop.
         argv = [
             self.docker,
@@ -260,11 +262,16 @@ class DockerSandbox:
         out = (r.stdout[:MAX_OUTPUT] + r.stderr[:MAX_OUTPUT]).decode(errors="replace")
         return out, r.returncode, r.returncode == 137
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """Remove the container: a command's background processes (`cmd &` survives `docker exec`) would go on
+        writing the bind-mounted workspace while it is collected."""
         container, self.container = self.container, None
         if container and self.docker:
             with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                 subprocess.run([self.docker, "rm", "-f", container], capture_output=True, timeout=60)
+
+    def close(self) -> None:
+        self.stop()
         remove_tree(self.tmp)
 
 
@@ -341,6 +348,7 @@ class AgenticMessageEnv(MessageEnv):
         self.timeouts = 0
         self.tool_errors = 0
         self.example_id = task.id
+        self.collection: Collection | None = None
 
     async def initial_observation(self) -> list[dict[str, Any]]:
         self.sandbox = await in_sandbox_pool(make_sandbox, self.task, self.sandbox_kind, self.sandbox_image)
@@ -387,7 +395,7 @@ class AgenticMessageEnv(MessageEnv):
             ]
         self.messages.append(assistant)
         if not calls:
-            return self._done("completed")
+            return await self._done("completed")
         for i, call in enumerate(calls):
             if call.error is not None:
                 self.tool_errors += 1
@@ -403,29 +411,57 @@ class AgenticMessageEnv(MessageEnv):
                 }
             )
         if self.turns >= self.max_turns:
-            return self._done("max_turns")
+            return await self._done("max_turns")
         return MessageStepResult(
             reward=0.0, episode_done=False, next_messages=list(self.messages), metrics={}
         )
 
-    def _done(self, reason: str) -> MessageStepResult:
+    async def _done(self, reason: str) -> MessageStepResult:
+        collection = await in_sandbox_pool(self.collect)
+        logs: dict[str, str | int | float] = {}
+        if collection.skipped:
+            logs["collect/skipped"] = collection.report()
         return MessageStepResult(
             reward=0.0,
             episode_done=True,
             next_messages=list(self.messages),
             metrics={**self.episode_metrics(), f"stop/{reason}": 1.0},
+            logs=logs,
         )
 
     def episode_metrics(self) -> dict[str, float]:
-        return {
+        out = {
             "agent/turns": float(self.turns),
             "agent/commands": float(self.commands),
             "agent/timeouts": float(self.timeouts),
             "agent/tool_errors": float(self.tool_errors),
         }
+        if self.collection is not None:
+            out["agent/collect_files"] = float(len(self.collection.files))
+            out["agent/collect_skipped"] = float(len(self.collection.refused))
+            out["agent/collect_incomplete"] = float(not self.collection.complete)
+        return out
+
+    def collect(self) -> Collection:
+        """The agent's answer, read once: the sandbox is stopped first, then its workspace collected (blocking;
+        run it on the sandbox pool). Skips are logged with the task id."""
+        if self.collection is None:
+            if self.sandbox is None:
+                self.collection = Collection()
+            else:
+                self.sandbox.stop()
+                self.collection = collect_answer(self.sandbox.root, self.task, self.sandbox.root_id)
+                if self.collection.refused:
+                    log.warning(
+                        "rtlreward: task %s: %d workspace entries not collected:\n%s",
+                        self.task.id,
+                        len(self.collection.refused),
+                        self.collection.report(),
+                    )
+        return self.collection
 
     def candidate_files(self) -> dict[str, str]:
-        return changed_files(self.sandbox.root, self.task) if self.sandbox is not None else {}
+        return self.collect().files
 
     def close(self) -> None:
         sandbox, self.sandbox = self.sandbox, None
@@ -434,7 +470,7 @@ class AgenticMessageEnv(MessageEnv):
 
 
 @dataclass(frozen=True)
-class AgenticGroupBuilder(TaskGroupBuilder):
+class AgenticGroupBuilder(GroupBuilder):
     max_turns: int = 50
     command_timeout: float = 60.0
     output_budget: int = 8000
@@ -475,9 +511,9 @@ class AgenticGroupBuilder(TaskGroupBuilder):
         self, trajectory_group: list[Any], env_group: Sequence[Env]
     ) -> list[tuple[float, dict[str, float]]]:
         menvs = [getattr(e, "message_env", None) for e in env_group]
-        candidates = [
-            Candidate(files=m.candidate_files() if m else {}, sample=i) for i, m in enumerate(menvs)
-        ]
+        # Episodes cut short by the cookbook (a parse error, the context budget) were not collected yet.
+        files = [await in_sandbox_pool(m.candidate_files) if m else {} for m in menvs]
+        candidates = [Candidate(files=f, sample=i) for i, f in enumerate(files)]
         scored = await score_group(self.task, candidates, self.profile, self.executor)
         return [
             (r, {**m_, **(m.episode_metrics() if m else {})})
@@ -508,6 +544,7 @@ __all__ = [
     "AgenticMessageEnv",
     "BwrapSandbox",
     "DockerSandbox",
+    "collect_answer",
     "make_sandbox",
     "truncate_output",
 ]

@@ -61,6 +61,8 @@ def dataset_builder(r: dict[str, Any]) -> Any:
         source=r.get("source"),
         task_ids=r.get("task_ids"),
         limit=r.get("limit"),
+        health=r.get("health"),
+        keep_broken=bool(r.get("keep_broken")),
         model_name=r["model_name"],
         renderer_name=r["renderer_name"],
         batch_size=r["batch_size"],
@@ -191,22 +193,50 @@ def _start(r: dict[str, Any], dry_run: bool) -> None:
         _fail(f"Tinker: {exc}", 1)
 
 
+# `--dataset/-d` before DATASET became positional (as in every other command): still read, not shown.
+DATASET_ALIAS = typer.Option(None, "--dataset", "-d", hidden=True)
+
+
+def _common(opts: dict[str, Any]) -> dict[str, Any]:
+    """The options every train command resolves alike: DATASET (positional, or the old --dataset), and the
+    profile and executor from the flags, else the project config (rtlreward.toml), else shaped / local."""
+    from rtlreward.config import ConfigError, load_config
+
+    opts.pop("dry_run")
+    alias = opts.pop("dataset_opt", None)
+    if opts.get("dataset") and alias and alias != opts["dataset"]:
+        _fail(f"two datasets given ({opts['dataset']} and --dataset {alias}): give DATASET once")
+    opts["dataset"] = opts.get("dataset") or alias
+    if not opts["dataset"]:
+        _fail("give the DATASET to train on (a name such as cvdp or verilog-eval, or a path)")
+    try:
+        cfg = load_config()
+    except ConfigError as exc:
+        _fail(str(exc))
+    opts["profile"] = cfg.pick_profile(opts.get("profile"))
+    opts["executor"] = cfg.pick_executor(opts.get("executor"))
+    return opts
+
+
 def register(train_app: typer.Typer) -> None:
     """Add `rl` and `distill` to the shared `train` group. typer reads each signature, so the options shared by
     both commands are spelled out in each."""
 
     @train_app.command("rl")
     def train_rl(
-        dataset: str = typer.Option(
-            ...,
-            "--dataset",
-            "-d",
+        dataset: str | None = typer.Argument(
+            None,
             help="dataset name (cvdp, verilog-eval, rtllm, folder) "
             "or a path a dataset plugin recognises; tasks:FILE.jsonl for exported tasks",
         ),
+        dataset_opt: str | None = DATASET_ALIAS,
         source: str | None = typer.Option(None, help="where a named dataset reads from"),
         task_ids: str | None = typer.Option(None, help="comma-separated task ids to train on"),
         limit: int | None = typer.Option(None, help="use only the first N tasks"),
+        health: str | None = typer.Option(
+            None, help="a `rtlreward tasks check --out` report: broken tasks are skipped, limits calibrated"
+        ),
+        keep_broken: bool = typer.Option(False, help="with --health: train on broken tasks too"),
         model: str = typer.Option(DEFAULTS["model_name"], "--model", help="base model to train"),
         renderer: str | None = typer.Option(None, help="cookbook renderer (default: by model family)"),
         batch_size: int = typer.Option(DEFAULTS["batch_size"], help="problems per batch"),
@@ -215,10 +245,16 @@ def register(train_app: typer.Typer) -> None:
         lora_rank: int = typer.Option(DEFAULTS["lora_rank"]),
         max_tokens: int = typer.Option(DEFAULTS["max_tokens"], help="max tokens per reply"),
         temperature: float = typer.Option(DEFAULTS["temperature"]),
-        profile: str = typer.Option(
-            DEFAULTS["profile"], help="reward profile: seed, shaped, strict, normalized or a TOML path"
+        profile: str | None = typer.Option(
+            None,
+            "--profile",
+            "-p",
+            help="reward profile: shaped (default, or the project config's), seed (the original experiments' "
+            "reward), strict, normalized or a TOML path",
         ),
-        executor: str = typer.Option(DEFAULTS["executor"], help="where the evaluator runs commands"),
+        executor: str | None = typer.Option(
+            None, "--executor", "-x", help="where the evaluator runs commands: local (default), docker"
+        ),
         max_prompt_tokens: int = typer.Option(
             DEFAULTS["max_prompt_tokens"], help="cut long specs (not the instruction) to this many tokens"
         ),
@@ -261,8 +297,7 @@ def register(train_app: typer.Typer) -> None:
         dry_run: bool = typer.Option(False, "--dry-run", help="print the resolved config as JSON and exit"),
     ) -> None:
         """Reinforcement learning with tinker-cookbook, rewarded by rtlreward."""
-        opts = dict(locals())
-        opts.pop("dry_run")
+        opts = _common(dict(locals()))
         opts["model_name"] = opts.pop("model")
         opts["renderer_name"] = opts.pop("renderer")
         try:
@@ -273,7 +308,8 @@ def register(train_app: typer.Typer) -> None:
 
     @train_app.command("distill")
     def train_distill(
-        dataset: str = typer.Option(..., "--dataset", "-d", help="dataset name or path (as for train rl)"),
+        dataset: str | None = typer.Argument(None, help="dataset name or path (as for train rl)"),
+        dataset_opt: str | None = DATASET_ALIAS,
         teacher: str = typer.Option(
             DISTILL_DEFAULTS["teacher_model"], help="teacher model (same tokenizer family as the student)"
         ),
@@ -285,6 +321,8 @@ def register(train_app: typer.Typer) -> None:
         source: str | None = typer.Option(None),
         task_ids: str | None = typer.Option(None),
         limit: int | None = typer.Option(None),
+        health: str | None = typer.Option(None, help="a task health report (as for train rl)"),
+        keep_broken: bool = typer.Option(False, help="with --health: train on broken tasks too"),
         model: str = typer.Option(DEFAULTS["model_name"], "--model", help="student model"),
         renderer: str | None = typer.Option(None),
         batch_size: int = typer.Option(DEFAULTS["batch_size"]),
@@ -293,8 +331,8 @@ def register(train_app: typer.Typer) -> None:
         lora_rank: int = typer.Option(DEFAULTS["lora_rank"]),
         max_tokens: int = typer.Option(DEFAULTS["max_tokens"]),
         temperature: float = typer.Option(DEFAULTS["temperature"]),
-        profile: str = typer.Option(DEFAULTS["profile"]),
-        executor: str = typer.Option(DEFAULTS["executor"]),
+        profile: str | None = typer.Option(None, "--profile", "-p", help="reward profile (as for train rl)"),
+        executor: str | None = typer.Option(None, "--executor", "-x", help="local (default), docker"),
         max_prompt_tokens: int = typer.Option(DEFAULTS["max_prompt_tokens"]),
         test_fraction: float = typer.Option(DEFAULTS["test_fraction"]),
         test_size: int = typer.Option(0),
@@ -325,8 +363,7 @@ def register(train_app: typer.Typer) -> None:
         dry_run: bool = typer.Option(False, "--dry-run"),
     ) -> None:
         """On-policy distillation: task reward plus the teacher's per-token KL."""
-        opts = dict(locals())
-        opts.pop("dry_run")
+        opts = _common(dict(locals()))
         opts["model_name"] = opts.pop("model")
         opts["renderer_name"] = opts.pop("renderer")
         opts["teacher_model"] = opts.pop("teacher")

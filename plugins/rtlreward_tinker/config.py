@@ -18,7 +18,7 @@ DEFAULTS: dict[str, object] = {
     "lora_rank": 32,
     "max_tokens": 8192,
     "temperature": 1.0,
-    "profile": "seed",
+    "profile": "shaped",  # as every command; `-p seed` gives logs comparable with the original runs
     "executor": "local",
     "max_prompt_tokens": 16384,
     "test_fraction": 0.0,

@@ -20,7 +20,8 @@ from tinker_cookbook.rl.message_env import MessageEnv, MessageStepResult
 from tinker_cookbook.rl.types import Env
 
 from rtlreward.model import Candidate, Reward, Task
-from rtlreward_tinker.env import TaskGroupBuilder, get_engine, message_env_adapter, prompt_for, reward_metrics
+from rtlreward_tinker.base import GroupBuilder, get_engine, message_env_adapter, reward_metrics
+from rtlreward_tinker.prompts import prompt_for
 
 REWARD_MODES = ("final", "best", "improvement")
 MAX_DIAGNOSTICS = 20
@@ -116,7 +117,7 @@ class RefineMessageEnv(MessageEnv):
 
 
 @dataclass(frozen=True)
-class RefineGroupBuilder(TaskGroupBuilder):
+class RefineGroupBuilder(GroupBuilder):
     max_turns: int = 3
     reward_mode: str = "final"
 
