@@ -1,8 +1,13 @@
 """The `rtlreward` command line. Plugins add commands through `rtlreward_register_commands(app)`; several plugins
 share a sub-command group with `command_group(app, "train")`.
 
-Exit codes: 0 success, 1 a command's own failure (e.g. a check failed), 2 bad usage or bad input (one line on
-stderr saying what to do).
+One name and short flag per concept in every command: `-p/--profile`, `-x/--executor`, `-j/--jobs`, `-o/--out`,
+`-c/--completion(s)`, a positional DATASET. Defaults come from the project's `rtlreward.toml` or
+`[tool.rtlreward]` (rtlreward.config), then the built-ins. `-h/--help`, `--version`, `-v/-q` and shell completion
+(`--install-completion`, `--show-completion`) work everywhere.
+
+Exit codes: 0 success, 1 a command's own failure (e.g. a check failed, nothing scored, `--fail-under` missed),
+2 bad usage or bad input (one line on stderr saying what to do).
 """
 
 from __future__ import annotations
@@ -21,23 +26,74 @@ app = typer.Typer(
     name="rtlreward",
     help="Rewards for LLM-written Verilog: format, safety, interface, lint, compile and functional tests.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 _groups: dict[tuple[int, str], typer.Typer] = {}
+
+# What each shared group is for, whichever plugin creates it first (a group's help is its purpose, not its name).
+GROUP_HELP = {
+    "train": "Train a model with rtlreward as its reward (RL and on-policy distillation with tinker-cookbook).",
+    "sandbox": "Where candidate code runs: isolation status, build the Docker sim image.",
+    "cache": "The stage-result cache: where it is, how big, clear it.",
+    "tasks": "Task health: broken references, weak harnesses, calibrated limits.",
+}
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        from rtlreward.version import __version__
+
+        typer.echo(f"rtlreward {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version_callback, is_eager=True, help="Print rtlreward's version and exit."
+        ),
+    ] = False,
+    verbose: Annotated[
+        int, typer.Option("--verbose", "-v", count=True, help="More log output (-vv: debug).")
+    ] = 0,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Only errors: no progress bars, no info logs.")
+    ] = False,
+) -> None:
+    """Rewards for LLM-written Verilog: format, safety, interface, lint, compile and functional tests."""
+    from rtlreward.config import set_verbosity
+
+    set_verbosity(-1 if quiet else verbose)
+
+
+def project_config() -> Any:
+    """The project's rtlreward.toml / [tool.rtlreward] (rtlreward.config); a mistake in it is a usage error."""
+    from rtlreward.config import ConfigError, load_config
+
+    try:
+        return load_config()
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
 
 
 def console(stderr: bool = False) -> Console:
     out = Console(stderr=stderr, highlight=False, soft_wrap=True)
     if not stderr and not out.is_terminal:
-        out.width = max(out.width, 140)  # piped into a file or a log: do not fold tables at 80 columns
+        out.width = max(out.width, 200)  # piped into a file or a log: do not fold or cut tables at 80 columns
     return out
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print one line saying what went wrong and what to do, and return the Exit to raise."""
-    console(stderr=True).print(f"[bold red]error:[/] {message}", markup=True)
+    from rich.markup import escape
+
+    # escape(): a message quoting a file or a reply (`[metadata]`, `[7:0]`) is printed as written, not as markup
+    console(stderr=True).print(f"[bold red]error:[/] {escape(str(message))}", markup=True)
     return typer.Exit(code)
 
 
@@ -46,7 +102,8 @@ def command_group(parent: typer.Typer, name: str, help: str = "") -> typer.Typer
     to one group (e.g. `rtlreward train tinker` and `rtlreward train trl`)."""
     key = (id(parent), name)
     if key not in _groups:
-        group = typer.Typer(name=name, help=help or f"{name} commands", no_args_is_help=True)
+        text = help or GROUP_HELP.get(name) or f"Commands of the {name} plugins."
+        group = typer.Typer(name=name, help=text, no_args_is_help=True)
         parent.add_typer(group, name=name)
         _groups[key] = group
     return _groups[key]
@@ -56,7 +113,9 @@ def _warn_plain(
     message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
 ) -> None:
     """Warnings as one readable line (a broken plugin prints a warning, never a traceback)."""
-    console(stderr=True).print(f"[yellow]warning:[/] {message}", markup=True)
+    from rich.markup import escape
+
+    console(stderr=True).print(f"[yellow]warning:[/] {escape(str(message))}", markup=True)
 
 
 def _registry() -> Any:
@@ -104,7 +163,16 @@ def _short(text: str, n: int = 90) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def status_cell(status: str, score: float) -> str:
+    """A stage's status and score as two words (`failed 1.00`, `passed 0.80`), so full credit on a failed stage
+    or a pass with partial credit reads as what it is."""
+    return f"[{_status_style(status)}]{status}[/] {score:.2f}"
+
+
 def reward_table(reward: Any, title: str = "") -> Table:
+    """One row per stage: status, score, time and its first findings (`--feedback` prints all of them)."""
+    from rich.markup import escape
+
     table = Table(title=title or None, show_lines=False)
     table.add_column("stage")
     table.add_column("status")
@@ -115,16 +183,45 @@ def reward_table(reward: Any, title: str = "") -> Table:
         status = r.status.value
         diag = "; ".join(str(d) for d in r.diagnostics[:2])
         if len(r.diagnostics) > 2:
-            diag += f"; (+{len(r.diagnostics) - 2} more)"
+            diag += f"; (+{len(r.diagnostics) - 2} more: --feedback shows all)"
         text = diag or r.feedback
         table.add_row(
             name,
             f"[{_status_style(status)}]{status}[/]" + (" (cached)" if r.cached else ""),
             f"{r.score:.2f}",
             f"{r.duration:.2f}s",
-            _short(text, 120),
+            escape(_short(text, 160)),
         )
     return table
+
+
+def print_feedback(reward: Any, out: Console) -> None:
+    """Every diagnostic of every stage in full (stable code, place, message), then the feedback a model would
+    get: nothing cut, long lines wrapped, markup in messages shown as written."""
+    from rtlreward.codes import stable_code
+
+    out.print("[bold]Diagnostics[/]")
+    any_diag = False
+    for name, r in reward.stages.items():
+        for d in r.diagnostics:
+            any_diag = True
+            code = stable_code(name, d.code, d.severity)
+            loc = f"{d.file}:{d.line}: " if d.file and d.line else (f"{d.file}: " if d.file else "")
+            fields = ", ".join(f"{k}={v}" for k, v in d.fields.items() if v is not None)
+            line = f"  {name:<11} {d.severity:<7} {code}  {loc}{d.message}" + (
+                f"  ({fields})" if fields else ""
+            )
+            typer.echo(line)  # plain: never cut, the terminal wraps it
+    reported = {d for r in reward.stages.values() for d in r.diagnostics}
+    for d in reward.diagnostics:
+        if d not in reported:
+            any_diag = True
+            line = f"  {'answer':<11} {d.severity:<7} {d.code}  {d.message}"
+            typer.echo(line)  # plain: never cut, the terminal wraps it
+    if not any_diag:
+        out.print("  (none)")
+    out.print("[bold]Feedback[/] (what a model would be told)")
+    typer.echo(reward.feedback() or "  (none)")
 
 
 @app.command()
@@ -139,18 +236,33 @@ def score(
         bool, typer.Option("--reference", help="Score the task's own reference answer (checks the task).")
     ] = False,
     profile: Annotated[
-        str, typer.Option("--profile", "-p", help="Preset name or profile TOML file.")
-    ] = "shaped",
+        str | None,
+        typer.Option(
+            "--profile", "-p", help="Preset name or profile TOML file (default: shaped, or the config's)."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print Reward.to_dict() as JSON.")] = False,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Recompute every stage.")] = False,
     executor: Annotated[
-        str, typer.Option("--executor", "-e", help="Where commands run: local, docker, ...")
-    ] = "local",
+        str | None,
+        typer.Option(
+            "--executor", "-x", help="Where commands run: local, docker (default: local, or the config's)."
+        ),
+    ] = None,
     task_id: Annotated[
         str | None, typer.Option("--task", help="Which task, when the source holds several.")
     ] = None,
+    feedback: Annotated[
+        bool,
+        typer.Option(
+            "--feedback", help="Also print every diagnostic in full and the feedback a model would be given."
+        ),
+    ] = False,
 ) -> None:
     """Score one model reply against one task and show every stage."""
+    cfg = project_config()
+    profile = cfg.pick_profile(profile)
+    executor = cfg.pick_executor(executor)
     if (completion is None) == (not reference):
         raise fail("give the reply with --completion FILE (or '-' for stdin), or --reference; not both")
     text = ""
@@ -178,8 +290,15 @@ def score(
         if not tasks[0].reference:
             raise fail(f"task {tasks[0].id} has no reference answer")
         candidate = Candidate(files=dict(tasks[0].reference))
+    from rtlreward.config import quiet
+
     with _engine(profile, executor, no_cache) as engine:
-        reward = engine.score(tasks[0], candidate)
+        err = console(stderr=True)
+        if quiet() or as_json or not err.is_terminal:
+            reward = engine.score(tasks[0], candidate)
+        else:  # a harness can take a minute: say what is running rather than sit silent
+            with err.status(f"scoring {tasks[0].id} ({', '.join(engine.stages)})"):
+                reward = engine.score(tasks[0], candidate)
     if as_json:
         print(json.dumps(reward.to_dict(), indent=2, default=str))
         return
@@ -193,6 +312,8 @@ def score(
         out.print(f"[dim]terms ({prof.combiner}): {' + '.join(parts)}[/]{gate}")
     verdict = "[green]PASS[/]" if reward.passed else "[red]FAIL[/]"
     out.print(f"reward [bold]{reward.total:.3f}[/] / {reward.max_total:.3f}   verdict {verdict}")
+    if feedback:
+        print_feedback(reward, out)
 
 
 @app.command()
@@ -200,6 +321,8 @@ def plugins(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """List every loaded plugin, its hooks, and what it registers."""
+    from rtlreward.stage import FILES
+
     reg = _registry()
     infos = reg.plugins()
     registered: list[Any] = []
@@ -216,7 +339,8 @@ def plugins(
             entry.update(
                 version=str(getattr(r.obj, "version", "")),
                 requires=list(getattr(r.obj, "requires", ())),
-                weight=getattr(r.obj, "weight", 0.0),
+                provides=list(getattr(r.obj, "provides", ())),
+                needs=list(getattr(r.obj, "needs", (FILES,))),
             )
         elif r.kind == "trainer":
             entry["description"] = str(getattr(r.obj, "description", ""))
@@ -243,7 +367,8 @@ def plugins(
         for e in row["registers"]:
             if e["kind"] == "stage":
                 req = f" requires {','.join(e['requires'])}" if e["requires"] else ""
-                regs.append(f"stage {e['name']} v{e['version']}{req} weight {e['weight']}")
+                prov = f" provides {','.join(e['provides'])}" if e["provides"] else ""
+                regs.append(f"stage {e['name']} v{e['version']}{req}{prov}")
             else:
                 regs.append(f"{e['kind']} {e['name']}")
         hooks = ", ".join(h.removeprefix("rtlreward_") for h in row["hooks"])
@@ -311,11 +436,18 @@ def _find_examples(path: Path | None) -> Path:
 @app.command()
 def demo(
     examples: Annotated[Path | None, typer.Option("--examples", help="Folder of example tasks.")] = None,
-    profile: Annotated[str, typer.Option("--profile", "-p")] = "shaped",
-    no_cache: Annotated[bool, typer.Option("--no-cache")] = False,
-    executor: Annotated[str, typer.Option("--executor", "-e")] = "local",
-    as_json: Annotated[bool, typer.Option("--json")] = False,
-    jobs: Annotated[int | None, typer.Option("--jobs", "-j")] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option("--profile", "-p", help="Preset name or profile TOML file (default: shaped)."),
+    ] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Recompute every stage.")] = False,
+    executor: Annotated[
+        str | None, typer.Option("--executor", "-x", help="Where commands run: local, docker.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", "-j", help="Replies scored at once (default: CPU cores).")
+    ] = None,
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds per test run (the forever-loop sample ends on it).")
     ] = 10.0,
@@ -327,7 +459,11 @@ def demo(
     ] = True,
 ) -> None:
     """Score the bundled example tasks' sample replies and print one table of rewards."""
+    from rtlreward.config import quiet
     from rtlreward.model import Candidate
+
+    cfg = project_config()
+    profile, executor, jobs = cfg.pick_profile(profile), cfg.pick_executor(executor), cfg.pick_jobs(jobs)
 
     root = _find_examples(examples)
     folder_ds = _registry().datasets().get("folder")
@@ -362,13 +498,15 @@ def demo(
     from rtlreward.profiles import ProfileError, load_profile
 
     try:
-        prof = load_profile(
-            {"extends": profile, "stage": {"tests": {"timeout": timeout}}}, registry=_registry()
-        )
+        prof = load_profile(profile, registry=_registry())
+        if prof.verdict:  # the verdict stage runs the tests: --timeout is its per-command limit
+            prof = load_profile(
+                {"extends": profile, "stage": {prof.verdict: {"timeout": timeout}}}, registry=_registry()
+            )
     except ProfileError as exc:
         raise fail(str(exc)) from None
     with _engine(prof, executor, no_cache, jobs) as engine:
-        if as_json:
+        if as_json or quiet():
             rewards = engine.score_batch(items)
         else:
             from rich.progress import Progress
@@ -409,26 +547,18 @@ def demo(
                 cells.append("")
                 continue
             st = sr.status.value
-            mark = {
-                "passed": "ok",
-                "failed": "FAIL",
-                "skipped": "-",
-                "error": "ERROR",
-                "timeout": "TIMEOUT",
-            }.get(st, st)
-            if st == "failed" and sr.score:
-                mark += f" {sr.score:.2f}"
-            cells.append(f"[{_status_style(st)}]{mark}[/]")
+            cells.append("[dim]skipped[/]" if st == "skipped" else status_cell(st, sr.score))
         verdict = "[green]PASS[/]" if r.passed else "[red]FAIL[/]"
         table.add_row(tid, comp, *cells, f"{r.total:.2f}", verdict)
     out = console()
     out.print(table)
     out.print(
-        "[dim]ok = passed, FAIL n = failed with partial score n, - = skipped (a stage it needs did not pass)[/]"
+        "[dim]each stage: its status, then its score in [0, 1] (failed 0.50 = failed with half credit; "
+        "skipped = a stage it needs did not pass)[/]"
     )
 
 
-cache_app = command_group(app, "cache", help="The stage-result cache: where it is, how big, clear it.")
+cache_app = command_group(app, "cache")
 
 
 @cache_app.command("info")
@@ -456,7 +586,7 @@ def cache_clear() -> None:
 
 
 def _register_eval_command() -> None:
-    """`rtlreward eval DATASET --completions FILE`: bulk, resumable, dataset-agnostic (rtlreward/evaluate.py)."""
+    """`rtlreward eval DATASET --completions FILE`: bulk, resumable, dataset-agnostic (rtlreward/evaluate/)."""
     from rtlreward.evaluate import register_eval_command
 
     register_eval_command(app)

@@ -77,7 +77,7 @@ def test_score_the_reference(run):
         (["score", str(COUNTER), "-c", "/nonexistent/reply.txt"], "cannot read completion"),
         (["score", str(COUNTER), "-c", str(COUNTER / "spec.md"), "-p", "nope"], "unknown profile 'nope'"),
         (["score", str(EXAMPLES), "-c", str(COUNTER / "spec.md")], "pick one with --task"),
-        (["score", str(COUNTER), "-c", str(COUNTER / "spec.md"), "-e", "teleport"], "unknown executor"),
+        (["score", str(COUNTER), "-c", str(COUNTER / "spec.md"), "-x", "teleport"], "unknown executor"),
         (["profiles", "nope"], "unknown profile"),
     ],
 )
@@ -94,7 +94,7 @@ def test_plugins_json_lists_what_each_plugin_registers(run):
     res = run("plugins", "--json")
     assert res.exit_code == 0
     plugins = {p["name"]: p for p in json.loads(res.stdout)["plugins"]}
-    comb = plugins["combiners"]
+    comb = plugins["core"]
     assert {(r["kind"], r["name"]) for r in comb["registers"]} >= {
         ("combiner", "weighted"),
         ("profile", "seed"),

@@ -94,7 +94,8 @@ def test_results_lines_samples_and_problems(tmp_path, tasks, engine):
         ("cvdp_agentic_fixed_arbiter_0001", 0),
     }
     assert got[("cvdp_copilot_lfsr_0001", 0)]["passed"] is True
-    assert got[("cvdp_copilot_lfsr_0001", 0)]["stages"]["compile"] == {"score": 1.0, "status": "passed"}
+    compile_ = got[("cvdp_copilot_lfsr_0001", 0)]["stages"]["compile"]
+    assert (compile_["score"], compile_["status"], compile_["diagnostics"]) == (1.0, "passed", [])
     assert got[("cvdp_copilot_lfsr_0001", 1)]["passed"] is False
     assert (
         got[("cvdp_copilot_lfsr_0001", 1)]["stages"]["compile"]["status"] == "failed"
@@ -253,7 +254,8 @@ def test_cvdp_eval_command_reference_and_empty(app, profile, tmp_path):
     assert r.exit_code == 2 and "exactly one of --completions" in r.output
 
 
-def test_generic_eval_command_resolves_a_path(app, profile, tmp_path):
+def test_generic_eval_command_resolves_a_path(app, profile, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default results folder is results/ in the working folder
     comp = tmp_path / "c.jsonl"
     comp.write_text(lines({"id": "cvdp_copilot_lfsr_0001", "completion": GOOD_LFSR}))
     r = CliRunner().invoke(
@@ -271,7 +273,9 @@ def test_generic_eval_command_resolves_a_path(app, profile, tmp_path):
         env={"COLUMNS": "200"},
     )
     assert r.exit_code == 0, r.output
-    rows, _ = read_results(tmp_path / "c.results.jsonl")  # default --out: beside the completions
+    # default --out: results/<completions>.<dataset>.<profile>.jsonl
+    name = "c.cvdp_v1.1.0_example_nonagentic_code_generation_no_commercial_with_solutions.quick.jsonl"
+    rows, _ = read_results(tmp_path / "results" / name)
     assert [(x["id"], x["passed"]) for x in rows] == [("cvdp_copilot_lfsr_0001", True)]
 
 
