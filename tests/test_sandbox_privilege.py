@@ -234,6 +234,26 @@ def test_home_and_project_are_invisible_or_unreadable(ex, ws):
         assert not top & {"home", "var", "srv", "mnt", "media", "run", "boot", "opt", "old_root"}
 
 
+def test_a_package_first_on_sys_path_does_not_bring_the_project_in(monkeypatch, ws):
+    """Ray puts site-packages/ray/thirdparty_files at sys.path[0] when it is imported; the caller's entries behind
+    it (cwd, pytest's rootdir: the project) must still stay out. This is the order the whole suite runs in: an
+    earlier test module imports ray, and the project became visible to every later sandbox."""
+    import sysconfig
+
+    if not _bwrap_usable():
+        pytest.skip("bubblewrap is not usable on this machine")
+    first = os.path.join(sysconfig.get_path("purelib"), "pip")  # any folder under the interpreter's prefix
+    monkeypatch.setattr(sys, "path", [first, str(PROJECT), str(PROJECT / "tests"), *sys.path])
+    assert str(PROJECT) not in local_mod._interpreter_paths()
+    ex = _make("bwrap")
+    r = ex.run(
+        ["sh", "-c", f"test -e {PROJECT}/pyproject.toml && echo PROJECT-VISIBLE; ls {PROJECT}/tests | head -1"],
+        workspace=ws,
+        limits=Limits(timeout=20),
+    )
+    assert "PROJECT-VISIBLE" not in r.stdout and "test_" not in r.stdout, r.output
+
+
 def test_writes_stay_inside_the_workspace(ex, ws, tmp_path):
     t = token().replace(".", "")
     other = Path(

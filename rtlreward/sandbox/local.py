@@ -68,6 +68,7 @@ import signal
 import stat
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -988,10 +989,17 @@ def _interpreter_paths() -> list[str]:
     paths = {p for p in prefixes if p not in TEMP_ROOTS}
     real_prefixes = [os.path.realpath(p) for p in prefixes]
     entries = [p for p in sys.path if p and os.path.exists(p)]
-    start = next(
-        (i for i, p in enumerate(entries) if any(_under(os.path.realpath(p), q) for q in real_prefixes)),
-        len(entries),
-    )
+    # The standard library marks where the interpreter's own entries begin. Not "the first entry under a prefix":
+    # a package may put its own folder first (Ray adds site-packages/ray/thirdparty_files at sys.path[0] when it is
+    # imported), and everything between it and the standard library (the caller's cwd, pytest's rootdir) would
+    # come into the sandbox with it.
+    stdlib = {os.path.realpath(p) for p in (sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")) if p}
+    start = next((i for i, p in enumerate(entries) if os.path.realpath(p) in stdlib), None)
+    if start is None:
+        start = next(
+            (i for i, p in enumerate(entries) if any(_under(os.path.realpath(p), q) for q in real_prefixes)),
+            len(entries),
+        )
     for p in entries[start:]:
         rp = os.path.realpath(p)
         # A script run from /tmp puts its folder on sys.path: binding that back would lay the host's /tmp over the
