@@ -22,7 +22,6 @@ Usage: python bench/bench_docker.py [--repeat 6] [--batch 6] [--jobs 2] [--profi
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import shlex
@@ -154,12 +153,6 @@ def raw_harness(task: Any, answer: dict[str, str]) -> dict[str, Any]:
 # --- rtlreward ------------------------------------------------------------------------------------------------
 
 
-def engine_asks_executor_for_workspaces() -> bool:
-    import rtlreward.engine
-
-    return "release_workspace" in inspect.getsource(rtlreward.engine)
-
-
 class Contender:
     """One rtlreward engine kept for the whole run (warm containers are about the steady state); closed (with
     its executor) by `close`."""
@@ -169,47 +162,20 @@ class Contender:
 
         self.executor = executor
         self.engine = Engine(profile=profile, executor=executor, cache=False, jobs=1)
-        self.shim = False
-
-    def _calls(self):
-        """The engine makes its workspaces through the executor (`make_workspace`), or, until it does, the
-        bench makes that call for it."""
-        import contextlib
-
-        import rtlreward.engine
-
-        if not hasattr(self.executor, "make_workspace") or engine_asks_executor_for_workspaces():
-            return contextlib.nullcontext()
-        self.shim = True
-        return _patched(rtlreward.engine, "make_workspace", self.executor.make_workspace)
 
     def one(self, task: Any, files: dict[str, str]) -> Any:
         from rtlreward.model import Candidate
 
-        with self._calls():
-            return self.engine.score(task, Candidate(files=files))
+        return self.engine.score(task, Candidate(files=files))
 
     def batch(self, task: Any, answers: list[dict[str, str]], jobs: int) -> list[Any]:
         from rtlreward.model import Candidate
 
-        with self._calls():
-            items = [(task, Candidate(files=f, sample=i)) for i, f in enumerate(answers)]
-            return self.engine.score_batch(items, jobs=jobs)
+        items = [(task, Candidate(files=f, sample=i)) for i, f in enumerate(answers)]
+        return self.engine.score_batch(items, jobs=jobs)
 
     def close(self) -> None:
         self.engine.close()
-
-
-class _patched:
-    def __init__(self, module: Any, name: str, value: Any) -> None:
-        self.module, self.name, self.value = module, name, value
-
-    def __enter__(self) -> None:
-        self.saved = getattr(self.module, self.name)
-        setattr(self.module, self.name, self.value)
-
-    def __exit__(self, *exc: object) -> None:
-        setattr(self.module, self.name, self.saved)
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -301,7 +267,6 @@ def main() -> int:
             thr[n] = len(out) / (time.perf_counter() - t0)
             passed[n].extend(r.passed for r in out)
         stats = warm_ex.stats()
-        shim = contenders["warm"].shim
     finally:
         for c in contenders.values():
             c.close()
@@ -349,8 +314,6 @@ def main() -> int:
         parts = ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in per.items())
         print(f"where the time goes ({n}, median s per stage): {parts}")
     print(f"warm executor: {dict(sorted(stats.items()))}")
-    if shim:
-        print("note: this engine does not make workspaces through its executor yet; the bench made that call")
     report = {
         "reference": ref_name,
         "profile": args.profile,

@@ -25,7 +25,6 @@ import hashlib
 import logging
 import os
 import queue
-import shutil
 import tempfile
 import threading
 import time
@@ -42,6 +41,7 @@ from rtlreward.cache import ResultCache, stage_key
 from rtlreward.health import STAGE_LIMITS
 from rtlreward.model import Candidate, Diagnostic, Reward, StageResult, Status, Task, as_candidate, hash_json
 from rtlreward.profiles import DEFAULT_PROFILE, Profile, load_profile
+from rtlreward.sandbox.local import remove_workspace
 from rtlreward.sandbox.reaper import make_workspace, reap_stale_workspaces
 from rtlreward.stage import FILES, StageContext
 
@@ -135,6 +135,14 @@ class Engine:
         self.memory_mb = memory_mb
         self.workspace_root = Path(workspace_root) if workspace_root else None
         self.executor = self._make_executor(executor, executor_options or {})
+        size_pool = getattr(self.executor, "size_pool", None)
+        if callable(size_pool):  # one warm container per job that can run at once
+            try:
+                size_pool(
+                    self.jobs, root=self.workspace_root or os.environ.get("RTLREWARD_WORKSPACE_DIR") or None
+                )
+            except Exception as exc:
+                log.warning("could not size the executor's warm pool: %r", exc)
         self.combiner = self._resolve_combiner(self.profile.combiner)
         self.stages = self._resolve_stages()  # name -> stage, in topological order
         if cache is True:
@@ -305,6 +313,11 @@ class Engine:
             else:
                 if gone:
                     log.info("removed %d workspace(s) left by dead rtlreward processes under %s", gone, key)
+        # An executor with warm containers (docker) hands out a workspace inside one of them: the candidate's
+        # commands then run there, without a container start each, until `release_workspace`.
+        maker = getattr(self.executor, "make_workspace", None)
+        if callable(maker):
+            return maker(task.id, root)
         return make_workspace(task.id, root)
 
     def _score(self, task: Task, candidate: Candidate, *, notify: bool) -> Reward:
@@ -357,7 +370,16 @@ class Engine:
             if os.environ.get("RTLREWARD_KEEP_WORKSPACE", "") not in ("", "0"):
                 log.warning("kept workspace of %s sample %d at %s", task.id, candidate.sample, workspace)
             else:
-                shutil.rmtree(workspace, ignore_errors=True)
+                try:  # also what a command chmod-ed read-only, and a frozen harness of a non-root trainer
+                    remove_workspace(workspace)
+                except OSError as exc:
+                    log.warning("could not remove the workspace %s: %r", workspace, exc)
+            release = getattr(self.executor, "release_workspace", None)
+            if callable(release):  # a warm container is checked and wiped (or replaced) for the next one
+                try:
+                    release(workspace)
+                except Exception as exc:
+                    log.warning("could not release the workspace %s: %r", workspace, exc)
         return self._combine(task, candidate, results, answer)
 
     def _settings(

@@ -8,7 +8,6 @@ executor). Skipped without Docker or the sim image."""
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import Any
 
@@ -42,18 +41,9 @@ def demo_items() -> list[tuple[Any, Any, str]]:
     return items
 
 
-def engine_asks_executor_for_workspaces() -> bool:
-    """Whether the engine makes each candidate's workspace through its executor (`make_workspace` /
-    `release_workspace`), which is what puts a candidate into a warm slot."""
-    import rtlreward.engine
-
-    return "release_workspace" in inspect.getsource(rtlreward.engine)
-
-
 @pytest.fixture(scope="module")
 def rewards():
     pytest.importorskip("docker")
-    import rtlreward.engine
     from rtlreward.engine import Engine
     from rtlreward.plugins import get_registry
     from rtlreward.profiles import load_profile
@@ -70,15 +60,9 @@ def rewards():
     pairs = [(t, c) for t, c, _ in items]
     with Engine(profile, executor="local", cache=False, jobs=2) as engine:
         local = engine.score_batch(pairs)
-    mp = pytest.MonkeyPatch()
-    if not engine_asks_executor_for_workspaces():  # until it does: the same two calls, made for it
-        mp.setattr(rtlreward.engine, "make_workspace", docker_ex.make_workspace)
-    try:
-        with Engine(profile, executor=docker_ex, cache=False, jobs=2) as engine:
-            docker = engine.score_batch(pairs)
-            stats = docker_ex.stats()
-    finally:
-        mp.undo()
+    with Engine(profile, executor=docker_ex, cache=False, jobs=2) as engine:
+        docker = engine.score_batch(pairs)
+        stats = docker_ex.stats()
     return items, local, docker, stats
 
 

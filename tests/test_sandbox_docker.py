@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -616,3 +617,41 @@ def test_close_removes_warm_containers_and_slot_folders():
     assert not [c for c in api.containers(all=True, filters={"label": f"rtlreward.owner_pid={os.getpid()}"})]
     assert not any(c["Id"].startswith(host) for c in api.containers(all=True))
     assert not slot_root.exists()
+
+
+def test_the_engine_scores_each_candidate_in_a_warm_slot_and_releases_it(tmp_path):
+    """`Engine(executor=DockerExecutor())` makes each candidate's workspace inside a warm slot, removes it
+    afterwards and releases the slot. The first candidate teaches the slot the task's read-only folders (those
+    commands run cold, and the container is replaced with them mounted); from then on every command goes by
+    `docker exec` into the same container, wiped between candidates, with no workspace of the last left in it.
+    The replies differ by a comment, so nothing is deduplicated or cached."""
+    pytest.importorskip("docker")
+    from rtlreward.engine import Engine
+    from rtlreward.model import Candidate
+    from rtlreward.plugins import get_registry
+    from rtlreward.sandbox.docker import DockerExecutor, DockerUnavailable
+
+    try:
+        ex = DockerExecutor(slots=1)
+    except DockerUnavailable as e:
+        pytest.skip(str(e))
+    repo = Path(__file__).resolve().parents[1]
+    task = next(t for t in get_registry().datasets()["folder"].load(str(repo / "examples")) if t.id == "counter")
+    reply = (repo / "examples" / "counter" / "completions" / "correct.txt").read_text()
+    rewards, hosts, stats = [], [], []
+    with Engine("seed", executor=ex, cache=False, jobs=1, workspace_root=tmp_path) as engine:
+        for i in range(3):
+            rewards.append(engine.score(task, Candidate(text=reply + f"\n// copy {i}\n")))
+            assert ex.settle(), "the slot was never recycled"
+            slots = list(ex._slot_list)
+            assert slots and all(s.state == "idle" and s.workspace is None for s in slots)
+            assert all(not any(s.ws.iterdir()) for s in slots), "a workspace was left in its slot"
+            hosts.append({s.container for s in slots})
+            stats.append(ex.stats())
+    assert all(r.total == pytest.approx(1.4) for r in rewards), [r.total for r in rewards]
+    before, after = stats[1], stats[2]  # the third candidate against the second
+    assert after.get("warm_exec", 0) - before.get("warm_exec", 0) >= 2, stats
+    assert after.get("cold", 0) == before.get("cold", 0), stats
+    assert after.get("started") == before.get("started"), stats
+    assert hosts[1] == hosts[2], hosts
+    assert not list(tmp_path.iterdir()), "the slot folders outlived the engine's close"
