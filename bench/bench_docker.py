@@ -185,6 +185,63 @@ def pct(xs: list[float], p: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
+LOOKUPS = 20000
+LOOKUP_SNIPPET = (
+    "import os, time\n"
+    f"t = time.perf_counter()\nfor _ in range({LOOKUPS}): os.stat('/usr/lib')\n"
+    f"print((time.perf_counter() - t) / {LOOKUPS} * 1e6)"
+)
+
+
+def lookup_cost(image: str) -> dict[str, Any]:
+    """What one absolute path lookup (`os.stat("/usr/lib")`) costs on the host and inside a container of
+    `image` as root and as the sandbox's unprivileged user (the one the docker executor runs commands as), in
+    microseconds, and the daemon's storage driver. Python imports, pytest and cocotb make tens of thousands of
+    such lookups per harness run."""
+    from rtlreward.sandbox.users import sandbox_user
+
+    uid, gid = sandbox_user()
+
+    def inside(user: str) -> float | None:
+        argv = [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--user",
+            user,
+            "--entrypoint",
+            "python3",
+            image,
+        ]
+        r = subprocess.run(
+            [*argv, "-c", LOOKUP_SNIPPET],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        try:
+            return float(r.stdout)
+        except ValueError:
+            return None
+
+    driver = subprocess.run(
+        ["docker", "info", "--format", "{{.Driver}}"], capture_output=True, text=True, timeout=60
+    ).stdout.strip()
+    host = subprocess.run([sys.executable, "-c", LOOKUP_SNIPPET], capture_output=True, text=True, timeout=120)
+    try:
+        host_us = float(host.stdout)
+    except ValueError:
+        host_us = None
+    return {
+        "driver": driver or "?",
+        "host_us": host_us,
+        "root_us": inside("0:0"),
+        "user_us": inside(f"{uid}:{gid}"),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=6, help="latency rounds (one candidate per contender each)")
@@ -273,6 +330,7 @@ def main() -> int:
         if compose_why is None:
             compose_down(project)
 
+    lookups = lookup_cost(image)
     p50 = {n: statistics.median(v) for n, v in lat.items()}
     rows = []
     for n in names:
@@ -314,6 +372,12 @@ def main() -> int:
         parts = ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in per.items())
         print(f"where the time goes ({n}, median s per stage): {parts}")
     print(f"warm executor: {dict(sorted(stats.items()))}")
+    if all(lookups[k] for k in ("host_us", "root_us", "user_us")):
+        print(
+            f"one absolute path lookup (os.stat, {LOOKUPS}x; docker storage driver {lookups['driver']}): "
+            f"host {lookups['host_us']:.1f} us, container as root {lookups['root_us']:.1f} us, container as the "
+            f"sandbox user {lookups['user_us']:.1f} us ({lookups['user_us'] / lookups['host_us']:.1f}x the host)"
+        )
     report = {
         "reference": ref_name,
         "profile": args.profile,
@@ -323,6 +387,7 @@ def main() -> int:
         "throughput": thr,
         "passed": {n: sum(v) for n, v in passed.items()},
         "warm_stats": stats,
+        "lookups": lookups,
         "stages": {n: {k: statistics.median(v) for k, v in per.items()} for n, per in stages.items()},
         "load": os.getloadavg(),
     }

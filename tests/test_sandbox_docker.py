@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rtlreward.sandbox import MAX_OUTPUT_BYTES, Limits
+from rtlreward.sandbox.nativeroot import NATIVE
 
 pytestmark = pytest.mark.docker
 
@@ -304,12 +305,34 @@ def _done(ex, ws) -> None:
 
 
 def _host(ex, ws) -> str:
-    r = ex.run(["cat", "/etc/hostname"], workspace=ws, limits=Limits(timeout=30))
+    r = ex.run(["uname", "-n"], workspace=ws, limits=Limits(timeout=30))  # the container's id
     assert r.ok, r.output
     return r.stdout.strip()
 
 
 PROCS = "for d in /proc/[0-9]*; do echo ${d#/proc/} $(cat $d/comm 2>/dev/null); done"
+
+
+def _procs(ex, ws, *, keepers: bool = True) -> str:
+    """The processes of the container serving `ws`, "pid comm" per line. A command of a native-root slot has no
+    /proc (it is chrooted into the image's copy): there the list comes from an exec beside it, outside the chroot
+    (not counted as a warm exec), without the container's own keeper processes unless `keepers`; a container
+    already gone lists nothing."""
+    if not ex.native_root:
+        return ex.run(["sh", "-c", PROCS], workspace=ws, limits=Limits(timeout=30)).stdout
+    slot = ex._slot_for(Path(ws).resolve())
+    if slot is None or not slot.container:
+        return ""
+    try:
+        out = ex._quick_exec(slot.container, ["sh", "-c", PROCS])[1]
+    except Exception:  # the container was killed (a command reached its limit)
+        return ""
+    own = set(slot.keep.split())
+    return "".join(
+        line + "\n"
+        for line in out.splitlines()
+        if keepers or line.split()[:1] not in ([], *([p] for p in own))
+    )
 
 
 def test_warm_commands_share_one_locked_down_container(warm, tmp_path):
@@ -328,7 +351,7 @@ def test_warm_commands_share_one_locked_down_container(warm, tmp_path):
             [
                 "sh",
                 "-c",
-                "cat /etc/hostname; id -u; pwd; echo x > made; touch ../evil /etc/evil 2>/dev/null || echo ro",
+                "uname -n; id -u; pwd; echo x > made; touch ../evil /etc/evil 2>/dev/null || echo ro",
             ],
             workspace=ws,
             limits=Limits(timeout=30),
@@ -342,9 +365,13 @@ def test_warm_commands_share_one_locked_down_container(warm, tmp_path):
         assert (
             warm.stats()["started"] == 1 and warm.stats()["warm_exec"] == 2 and not warm.stats().get("cold")
         )
+        prefix = NATIVE if warm.native_root else ""
         c = docker.from_env().api.inspect_container(host)
         cfg, hc, labels = c["Config"], c["HostConfig"], c["Config"]["Labels"]
-        assert cfg["User"].split(":")[0] not in ("", "0", "root")
+        if warm.native_root:  # root with three capabilities, only for each exec's chroot and drop (below)
+            assert cfg["User"] == "0:0" and sorted(hc["CapAdd"]) == ["SETGID", "SETUID", "SYS_CHROOT"]
+        else:
+            assert cfg["User"].split(":")[0] not in ("", "0", "root") and not hc["CapAdd"]
         assert hc["ReadonlyRootfs"] and hc["NetworkMode"] == "none" and hc["CapDrop"] == ["ALL"]
         assert "no-new-privileges" in hc["SecurityOpt"] and hc["PidsLimit"] == 512 and hc["Init"]
         assert cfg["Cmd"][:4] == ["timeout", "-s", "KILL", str(int(warm.lease))]  # ends by itself
@@ -352,8 +379,8 @@ def test_warm_commands_share_one_locked_down_container(warm, tmp_path):
         assert labels["rtlreward.owner_host"] == socket.gethostname()
         assert int(labels["rtlreward.deadline"]) >= before + warm.lease
         # the only writable mount is the slot's workspace folder (at its host path); stdin comes read-only
-        rw = [m["Destination"] for m in c["Mounts"] if m["RW"]]
-        assert rw == [str(ws.resolve().parent)]
+        rw = [m["Destination"] for m in c["Mounts"] if m["RW"] and not m["Source"].startswith("/dev/")]
+        assert rw == [prefix + str(ws.resolve().parent)]
     finally:
         _done(warm, ws)
 
@@ -365,7 +392,7 @@ def test_warm_command_limits(warm):
     try:
         r = warm.run(["sh", "-c", "sleep 300 & echo $!"], workspace=ws, limits=Limits(timeout=30))
         assert r.ok, r.output
-        procs = warm.run(["sh", "-c", PROCS], workspace=ws, limits=Limits(timeout=30)).stdout
+        procs = _procs(warm, ws)
         assert f"{r.stdout.strip()} sleep" not in procs and "300" not in procs
         big = warm.run(["sh", "-c", "head -c 5000000 /dev/zero | tr '\\0' x; echo err >&2"], workspace=ws)
         assert big.ok and big.truncated and len(big.stdout) < MAX_OUTPUT_BYTES + 100 and big.stderr == "err\n"
@@ -382,12 +409,12 @@ def test_warm_command_limits(warm):
             limits=Limits(timeout=30, file_size_mb=1),
         )
         assert fsz.returncode != 0 and (ws / "f").stat().st_size <= 1 << 20
-        assert warm.stats()["warm_exec"] == 6 and not warm.stats().get("cold")
+        assert warm.stats()["warm_exec"] == 6 - warm.native_root and not warm.stats().get("cold")
         # the last: a command stopped at its limit leaves the container untrusted (the rest of this candidate's
         # commands run in containers of their own, and the slot's container is replaced)
         slow = warm.run(["sh", "-c", "sleep 60 & sleep 60"], workspace=ws, limits=Limits(timeout=2))
         assert slow.timed_out and slow.returncode == -9 and slow.duration < 30
-        assert "sleep" not in warm.run(["sh", "-c", PROCS], workspace=ws, limits=Limits(timeout=30)).stdout
+        assert "sleep" not in _procs(warm, ws, keepers=False)
     finally:
         _done(warm, ws)
     assert warm.stats().get("replaced: a command reached its time limit") == 1
@@ -407,13 +434,14 @@ def test_nothing_carries_over_between_candidates(warm):
     try:
         assert _host(warm, b) == host_a, warm.stats()  # nothing escaped: the same container, wiped
         r = warm.run(
-            ["sh", "-c", f"ls -A /tmp/secret /dev/shm/secret /tmp/d 2>&1; {PROCS}"],
+            ["sh", "-c", "ls -A /tmp/secret /dev/shm/secret /tmp/d 2>&1"],
             workspace=b,
             limits=Limits(timeout=30),
         )
         assert r.stdout.count("No such file") == 3 and "secret\n" not in r.stdout
         assert sorted(os.listdir(b.parent)) == [b.name]  # the last workspace is gone
-        names = [line.split()[1] for line in r.stdout.splitlines() if line[:1].isdigit() and " " in line]
+        procs = _procs(warm, b)
+        names = [line.split()[1] for line in procs.splitlines() if line[:1].isdigit() and " " in line]
         # the container's own (docker-init, its `timeout` and `sleep`) and this command's wrapper only
         assert set(names) <= {"docker-init", "timeout", "sleep", "sh"} and names.count("sleep") == 1
     finally:
@@ -464,7 +492,7 @@ def test_an_escape_replaces_the_container(warm, escape):
     b = warm.make_workspace("b")
     try:
         assert _host(warm, b) != host_a
-        procs = warm.run(["sh", "-c", PROCS], workspace=b).stdout
+        procs = _procs(warm, b)
         assert "300" not in procs and sorted(x.split()[1] for x in procs.splitlines()).count("sleep") == 1
     finally:
         _done(warm, b)
@@ -526,7 +554,7 @@ def test_warm_run_service_moves_the_folders_in_and_back(warm, tmp_path):
         "sh",
         "-c",
         "cat /src/.env; ls /code/rtl; pwd; cat /opt/probe/p.py; echo out > result; touch /src/x /opt/probe/x "
-        "2>/dev/null || echo ro; cat /etc/hostname",
+        "2>/dev/null || echo ro; uname -n",
     ]
     outs = []
     for i in range(2):
@@ -636,7 +664,9 @@ def test_the_engine_scores_each_candidate_in_a_warm_slot_and_releases_it(tmp_pat
     except DockerUnavailable as e:
         pytest.skip(str(e))
     repo = Path(__file__).resolve().parents[1]
-    task = next(t for t in get_registry().datasets()["folder"].load(str(repo / "examples")) if t.id == "counter")
+    task = next(
+        t for t in get_registry().datasets()["folder"].load(str(repo / "examples")) if t.id == "counter"
+    )
     reply = (repo / "examples" / "counter" / "completions" / "correct.txt").read_text()
     rewards, hosts, stats = [], [], []
     with Engine("seed", executor=ex, cache=False, jobs=1, workspace_root=tmp_path) as engine:
@@ -655,3 +685,52 @@ def test_the_engine_scores_each_candidate_in_a_warm_slot_and_releases_it(tmp_pat
     assert after.get("started") == before.get("started"), stats
     assert hosts[1] == hosts[2], hosts
     assert not list(tmp_path.iterdir()), "the slot folders outlived the engine's close"
+
+
+def test_native_root_commands_run_unprivileged_in_the_image_files(tmp_path):
+    """A native-root slot (`rtlreward.sandbox.nativeroot`): the command sees the image's files from the host copy
+    (the same /etc/os-release and Python as a container of the image), runs as the sandbox user with no
+    capability (chroot and setuid fail, no /proc to reach other processes' roots), cannot write the copy, and the
+    copy carries no set-user-ID file. Forced on, so it runs whatever the daemon's storage driver."""
+    pytest.importorskip("docker")
+    import os
+
+    from rtlreward.sandbox.docker import DockerExecutor, DockerUnavailable
+
+    try:
+        ex = DockerExecutor(slots=1, native_root=True)
+        cold = DockerExecutor(warm=False)
+    except DockerUnavailable as e:
+        pytest.skip(str(e))
+    probe = (
+        "cat /etc/os-release | head -1; python3 -c 'import sys; print(sys.version.split()[0])'; "
+        "python3 -c 'import os; print(os.getuid(), os.getgid(), os.getgroups())'; "
+        "python3 -c 'import os; os.chroot(\"/\")' 2>/dev/null && echo CHROOT-OK; "
+        "python3 -c 'import os; os.setuid(0)' 2>/dev/null && echo SETUID-OK; "
+        "ls /proc | wc -l; touch /usr/x /etc/x 2>/dev/null && echo WROTE-ROOT; echo done"
+    )
+    with ex:
+        ws = ex.make_workspace("n")
+        try:
+            r = ex.run(["sh", "-c", probe], workspace=ws, limits=Limits(timeout=60))
+            assert ex._slot_list[0].native and ex.stats().get("warm_exec") == 1, ex.stats()
+        finally:
+            _done(ex, ws)
+        copy = ex._copy
+    ref = cold.run(["sh", "-c", probe], workspace=tmp_path, limits=Limits(timeout=60))
+    cold.close()
+    lines = r.stdout.splitlines()
+    assert r.ok and lines[-1] == "done", r.output
+    assert lines[:2] == ref.stdout.splitlines()[:2]  # the image's own files
+    uid, gid = ex.user
+    assert lines[2] == f"{uid} {gid} []" and uid != 0
+    assert "CHROOT-OK" not in r.stdout and "SETUID-OK" not in r.stdout and "WROTE-ROOT" not in r.stdout
+    assert lines[3] == "0"  # no /proc inside
+    assert copy is not None and copy.is_dir()
+    setuid = [
+        os.path.join(d, f)
+        for d, _dirs, files in os.walk(copy)
+        for f in files
+        if not os.path.islink(os.path.join(d, f)) and os.stat(os.path.join(d, f)).st_mode & 0o6000
+    ]
+    assert not setuid, setuid[:5]

@@ -73,4 +73,15 @@ def add_commands(app: typer.Typer) -> None:
             console.print(f"[red]build-image failed:[/red] {e}", soft_wrap=True, markup=True, highlight=False)
             raise typer.Exit(1) from None
         console.print(f"built {built} in {time.monotonic() - start:.0f} s")
+        # On a daemon whose storage driver makes lookups slow (fuse-overlayfs), warm containers run commands in a
+        # native copy of the image's root: make it now rather than at the first candidate.
+        from rtlreward.sandbox.image import docker_client
+        from rtlreward.sandbox.nativeroot import export_root, wanted
+
+        try:
+            client = docker_client()
+            if wanted(client):
+                log(f"native root copy for warm containers: {export_root(client, built)}")
+        except Exception as e:  # the executor makes it on first use instead
+            log(f"could not make the native root copy now ({e}); warm containers will make it on first use")
         typer.echo(built)

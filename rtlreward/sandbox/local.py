@@ -993,7 +993,9 @@ def _interpreter_paths() -> list[str]:
     # a package may put its own folder first (Ray adds site-packages/ray/thirdparty_files at sys.path[0] when it is
     # imported), and everything between it and the standard library (the caller's cwd, pytest's rootdir) would
     # come into the sandbox with it.
-    stdlib = {os.path.realpath(p) for p in (sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")) if p}
+    stdlib = {
+        os.path.realpath(p) for p in (sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")) if p
+    }
     start = next((i for i, p in enumerate(entries) if os.path.realpath(p) in stdlib), None)
     if start is None:
         start = next(
