@@ -10,13 +10,15 @@ distinct by a comment line so that nothing is shared or cached.
   local      `Engine(profile)` with the local executor (bubblewrap when usable).
   warm       the same engine with `DockerExecutor()`: one long-lived container per worker slot, `docker exec`.
   cold       the same engine with `DockerExecutor(warm=False)`: a container per command.
+  ray        (--ray) the same engine with `executor="ray"` on a Ray it starts on this machine: one Ray task per
+             candidate evaluation; the scaling over worker nodes is bench_ray.py's.
 
 Latency: every contender scores one candidate per round, sequentially, contenders interleaved and rotated
 round by round; p50/p95 over the rounds (after one untimed warm-up candidate each: the first container start,
 the warm slots learning the service mounts). Throughput: a batch of `--batch` distinct candidates per engine
 contender with --jobs workers. The goal printed at the end: warm <= 1.3x local (p50).
 
-Usage: python bench/bench_docker.py [--repeat 6] [--batch 6] [--jobs 2] [--profile strict] [--json out.json]
+Usage: python bench/bench_docker.py [--repeat 6] [--batch 6] [--jobs 2] [--profile strict] [--ray] [--json out.json]
 """
 
 from __future__ import annotations
@@ -250,6 +252,11 @@ def main() -> int:
     ap.add_argument("--profile", default="strict", help="rtlreward profile (default strict: CVDP's verdict)")
     ap.add_argument("--image", default=None, help="sim image (default: rtlreward's)")
     ap.add_argument("--json", type=Path, help="also write the numbers to this JSON file")
+    ap.add_argument(
+        "--ray",
+        action="store_true",
+        help="also the ray executor on a Ray started on this machine (scaling over nodes: bench_ray.py)",
+    )
     args = ap.parse_args()
 
     require_tools("iverilog", "docker")
@@ -290,6 +297,10 @@ def main() -> int:
         "warm": Contender(args.profile, warm_ex),
         "cold": Contender(args.profile, cold_ex),
     }
+    if args.ray:
+        require_python("ray")
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        contenders["ray"] = Contender(args.profile, "ray")
     runs: dict[str, Any] = {
         ref_name: reference,
         "harness": lambda files: raw_harness(task, files),
