@@ -73,7 +73,13 @@ from rtlreward.sandbox.image import (
     image_recipe,
 )
 from rtlreward.sandbox.nativeroot import DEVICES, NATIVE, export_root, mountpoint, wanted
-from rtlreward.sandbox.reaper import container_labels, make_workspace, reap_containers, reap_stale_workspaces
+from rtlreward.sandbox.reaper import (
+    container_labels,
+    make_workspace,
+    reap_containers,
+    reap_stale_workspaces,
+    workspace_root,
+)
 from rtlreward.sandbox.users import sandbox_user
 
 __all__ = ["DockerExecutor", "DockerUnavailable", "sandbox_user"]
@@ -215,9 +221,7 @@ def _empty(folder: Path) -> list[str]:
 
 def _workspace_root(root: str | os.PathLike[str] | None) -> str:
     """The folder `make_workspace(task, root)` makes workspaces in, resolved."""
-    return os.path.realpath(
-        os.fspath(root or os.environ.get("RTLREWARD_WORKSPACE_DIR") or tempfile.gettempdir())
-    )
+    return os.path.realpath(workspace_root(root))
 
 
 def _tmp_entry(path: Path) -> str:
@@ -1078,8 +1082,7 @@ class DockerExecutor:
         with self._pool:
             slot.running += 1
             self._stats["warm_exec"] += 1
-        bufs: list[bytearray] = [bytearray(), bytearray()]
-        dropped = [0, 0]
+        output = _Output()
         try:
             try:
                 eid = api.exec_create(
@@ -1106,12 +1109,8 @@ class DockerExecutor:
                 try:
                     for pair in api.exec_start(eid, stream=True, demux=True):
                         for i, chunk in enumerate(pair):
-                            if not chunk:
-                                continue
-                            room = MAX_OUTPUT_BYTES + 1 - len(bufs[i])
-                            if room > 0:
-                                bufs[i] += chunk[:room]
-                            dropped[i] += max(0, len(chunk) - max(room, 0))
+                            if chunk:
+                                output.add(i, chunk)
                 except Exception:
                     pass
                 finally:
@@ -1151,17 +1150,7 @@ class DockerExecutor:
             if stdin_file is not None:
                 with contextlib.suppress(OSError):
                     stdin_file.unlink()
-        out, err = (self._text(bufs[i], dropped[i]) for i in (0, 1))
-        return CommandResult(
-            argv=shown,
-            returncode=code,
-            stdout=out[0],
-            stderr=err[0],
-            duration=time.monotonic() - start,
-            timed_out=timed_out,
-            truncated=out[1] or err[1],
-            sandboxed=True,
-        )
+        return output.result(shown, code, start, timed_out)
 
     def _has_timeout(self, image: str) -> bool:
         """Whether the image has coreutils `timeout` (looked up once per image id): our own images do (Debian
@@ -1268,9 +1257,7 @@ class DockerExecutor:
                 cancelled = _inside_any(writable, *self._cancelled)
             if cancelled:  # cancel() ran between our check and the create
                 raise _Cancelled
-            bufs: list[bytearray] = [bytearray(), bytearray()]
-            dropped = [0, 0]
-
+            output = _Output()
             done = threading.Lock()  # held once the output is settled: a late reader adds nothing
             stopped = [False]
 
@@ -1280,10 +1267,7 @@ class DockerExecutor:
                         with done:
                             if stopped[0]:
                                 return
-                            room = MAX_OUTPUT_BYTES + 1 - len(bufs[i])
-                            if room > 0:
-                                bufs[i] += chunk[:room]
-                            dropped[i] += max(0, len(chunk) - max(room, 0))
+                            output.add(i, chunk)
 
             container.start()
             readers = [threading.Thread(target=reader, args=(i,), daemon=True) for i in (0, 1)]
@@ -1304,12 +1288,9 @@ class DockerExecutor:
                 stopped[0] = True
             # a final line without a newline can miss the follow stream: re-read small output
             for i in (0, 1):
-                if not dropped[i] and len(bufs[i]) <= MAX_OUTPUT_BYTES:
+                if output.whole(i):
                     with contextlib.suppress(Exception):
-                        full = _settled_logs(container, stdout=i == 0)
-                        if len(full) >= len(bufs[i]):
-                            bufs[i] = bytearray(full[: MAX_OUTPUT_BYTES + 1])
-                            dropped[i] = max(0, len(full) - MAX_OUTPUT_BYTES - 1)
+                        output.settle(i, _settled_logs(container, stdout=i == 0))
             oom = False
             with contextlib.suppress(Exception):
                 container.reload()
@@ -1357,25 +1338,55 @@ class DockerExecutor:
                     self._active.pop(container.id, None)
             if stdin_dir:
                 shutil.rmtree(stdin_dir, ignore_errors=True)
-        out, err = (self._text(bufs[i], dropped[i]) for i in (0, 1))
-        if oom:
-            err = (err[0] + "\n[killed: out of memory]", err[1])
-        return CommandResult(
-            argv=shown,
-            returncode=code,
-            stdout=out[0],
-            stderr=err[0],
-            duration=time.monotonic() - start,
-            timed_out=timed_out,
-            truncated=out[1] or err[1],
-            sandboxed=True,
+        return output.result(
+            shown, code, start, timed_out, stderr_note="\n[killed: out of memory]" if oom else ""
         )
 
-    @staticmethod
-    def _text(buf: bytearray, dropped: int) -> tuple[str, bool]:
-        if len(buf) > MAX_OUTPUT_BYTES or dropped:
+
+class _Output:
+    """A command's stdout (0) and stderr (1) as it streams in: the first MAX_OUTPUT_BYTES of each kept (one byte
+    more, to know it was cut), the rest drained and counted, never held."""
+
+    def __init__(self) -> None:
+        self.bufs = [bytearray(), bytearray()]
+        self.dropped = [0, 0]
+
+    def add(self, i: int, chunk: bytes) -> None:
+        room = MAX_OUTPUT_BYTES + 1 - len(self.bufs[i])
+        if room > 0:
+            self.bufs[i] += chunk[:room]
+        self.dropped[i] += max(0, len(chunk) - max(room, 0))
+
+    def whole(self, i: int) -> bool:
+        """Nothing of stream `i` was cut so far."""
+        return not self.dropped[i] and len(self.bufs[i]) <= MAX_OUTPUT_BYTES
+
+    def settle(self, i: int, full: bytes) -> None:
+        """Stream `i` read again whole (a final line the follow stream missed); kept only if it is not shorter."""
+        if len(full) >= len(self.bufs[i]):
+            self.bufs[i] = bytearray(full[: MAX_OUTPUT_BYTES + 1])
+            self.dropped[i] = max(0, len(full) - MAX_OUTPUT_BYTES - 1)
+
+    def _text(self, i: int) -> tuple[str, bool]:
+        buf = self.bufs[i]
+        if len(buf) > MAX_OUTPUT_BYTES or self.dropped[i]:
             return bytes(buf[:MAX_OUTPUT_BYTES]).decode(errors="replace") + "\n[output truncated]", True
         return bytes(buf).decode(errors="replace"), False
+
+    def result(
+        self, argv: tuple[str, ...], code: int, start: float, timed_out: bool, *, stderr_note: str = ""
+    ) -> CommandResult:
+        (out, cut_out), (err, cut_err) = self._text(0), self._text(1)
+        return CommandResult(
+            argv=argv,
+            returncode=code,
+            stdout=out,
+            stderr=err + stderr_note,
+            duration=time.monotonic() - start,
+            timed_out=timed_out,
+            truncated=cut_out or cut_err,
+            sandboxed=True,
+        )
 
 
 def _cancelled_result(shown: tuple[str, ...], start: float) -> CommandResult:
