@@ -25,7 +25,6 @@ import hashlib
 import logging
 import os
 import queue
-import tempfile
 import threading
 import time
 import traceback
@@ -42,7 +41,7 @@ from rtlreward.health import STAGE_LIMITS
 from rtlreward.model import Candidate, Diagnostic, Reward, StageResult, Status, Task, as_candidate, hash_json
 from rtlreward.profiles import DEFAULT_PROFILE, Profile, load_profile
 from rtlreward.sandbox.local import remove_workspace
-from rtlreward.sandbox.reaper import make_workspace, reap_stale_workspaces
+from rtlreward.sandbox.reaper import make_workspace, reap_stale_workspaces, workspace_root
 from rtlreward.stage import FILES, StageContext
 
 log = logging.getLogger("rtlreward.engine")
@@ -138,9 +137,7 @@ class Engine:
         size_pool = getattr(self.executor, "size_pool", None)
         if callable(size_pool):  # one warm container per job that can run at once
             try:
-                size_pool(
-                    self.jobs, root=self.workspace_root or os.environ.get("RTLREWARD_WORKSPACE_DIR") or None
-                )
+                size_pool(self.jobs, root=self.workspace_root)
             except Exception as exc:
                 log.warning("could not size the executor's warm pool: %r", exc)
         self.combiner = self._resolve_combiner(self.profile.combiner)
@@ -300,8 +297,8 @@ class Engine:
     def _workspace(self, task: Task) -> Path:
         """A private folder named after this process, so that after a `kill -9` the next engine on this host
         (`reap_stale_workspaces`, once per process and root) removes what this one left."""
-        root = self.workspace_root or os.environ.get("RTLREWARD_WORKSPACE_DIR") or None
-        key = os.path.realpath(root or tempfile.gettempdir())
+        root = self.workspace_root  # None: $RTLREWARD_WORKSPACE_DIR or the temp dir, as make_workspace says
+        key = os.path.realpath(workspace_root(root))
         with _reaped_lock:
             first = key not in _reaped_roots
             _reaped_roots.add(key)

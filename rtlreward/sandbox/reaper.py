@@ -41,6 +41,7 @@ __all__ = [
     "reap_containers",
     "reap_containers_once",
     "reap_stale_workspaces",
+    "workspace_root",
 ]
 
 log = logging.getLogger(__name__)
@@ -189,7 +190,8 @@ def reap_containers_once(client: Any = None) -> int:
     return reap_containers(client)
 
 
-def _workspace_root(root: str | os.PathLike[str] | None) -> Path:
+def workspace_root(root: str | os.PathLike[str] | None = None) -> Path:
+    """The folder workspaces are made in: `root`, else $RTLREWARD_WORKSPACE_DIR, else the temp dir."""
     return Path(root or os.environ.get("RTLREWARD_WORKSPACE_DIR") or tempfile.gettempdir())
 
 
@@ -197,7 +199,7 @@ def make_workspace(task_id: str, root: str | os.PathLike[str] | None = None) -> 
     """A fresh private folder (0700) for one candidate of `task_id` under `root` ($RTLREWARD_WORKSPACE_DIR or
     the temp dir when None), named after its owner so `reap_stale_workspaces` can remove it once this process
     is gone."""
-    base = _workspace_root(root)
+    base = workspace_root(root)
     base.mkdir(parents=True, exist_ok=True)
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", task_id)[:40] or "task"
     pid = os.getpid()
@@ -218,7 +220,7 @@ def reap_stale_workspaces(root: str | os.PathLike[str] | None = None, *, prefix:
     how many went. Only folders named by `make_workspace`, owned by us and not symlinks are considered."""
     from rtlreward.sandbox.local import remove_workspace
 
-    base = _workspace_root(root)
+    base = workspace_root(root)
     try:
         entries = list(os.scandir(base))
     except OSError:
