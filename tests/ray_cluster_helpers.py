@@ -100,9 +100,27 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def install_paths() -> list[str]:
+    """The interpreter's own install folders (purelib, platlib): where installed distributions' metadata lies.
+    Never sys.path as a whole: run from a checkout, its first entries are the checkout, and the `.egg-info` that
+    `pip install -e .` leaves there names files outside site-packages, which a worker image cannot copy."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    return list(dict.fromkeys(paths[k] for k in ("purelib", "platlib")))
+
+
+def find_distribution(name: str) -> importlib.metadata.Distribution:
+    """The installed distribution `name` from the interpreter's install folders (see `install_paths`)."""
+    found = next(iter(importlib.metadata.distributions(name=name, path=install_paths())), None)
+    if found is None:
+        raise importlib.metadata.PackageNotFoundError(name)
+    return found
+
+
 def distributions() -> list[importlib.metadata.Distribution]:
     """The installed distributions rtlreward[ray] (and Ray's optional node agents, where installed) needs,
-    following each one's requirements with their markers."""
+    following each one's requirements with their markers, as installed (never a checkout's `.egg-info`)."""
     from packaging.requirements import Requirement
 
     seen: dict[str, tuple[importlib.metadata.Distribution, set[str]]] = {}
@@ -110,7 +128,7 @@ def distributions() -> list[importlib.metadata.Distribution]:
     while stack:
         name, extras = stack.pop()
         try:
-            dist = importlib.metadata.distribution(name)
+            dist = find_distribution(name)
         except importlib.metadata.PackageNotFoundError:
             continue  # an optional dependency not installed on the host is not needed on the worker either
         key = _norm(name)
@@ -135,10 +153,18 @@ def site_packages() -> Path:
     return Path(sysconfig.get_paths()["purelib"])
 
 
+def dist_digest(dist: importlib.metadata.Distribution) -> str:
+    """What of an installed distribution the image copies: its RECORD (every file with its hash) and its entry
+    points (the plugins a worker registers). An editable install's version does not change when its entry points
+    do, so name and version alone would keep a stale image."""
+    blob = "\0".join((dist.read_text(n) or "") for n in ("RECORD", "entry_points.txt", "direct_url.json"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
 def recipe_digest() -> str:
     import ray
 
-    dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in distributions())
+    dists = sorted(f"{d.metadata['Name']}=={d.version}:{dist_digest(d)}" for d in distributions())
     blob = json.dumps(
         [RECIPE_REVISION, SUITE, PACKAGES, sys.version, str(python_prefix()), ray.__version__, dists]
     )

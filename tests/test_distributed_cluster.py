@@ -86,6 +86,42 @@ def local_rewards(tasks):
         return items, engine.score_batch(items)
 
 
+def test_a_worker_registers_the_built_in_plugins_before_any_evaluation(cluster):
+    """The worker image carries the installed metadata (the entry points the plugins register through), whatever
+    the checkout's path and whatever `.egg-info` lies in it: a worker lists the same stages, profiles and datasets
+    as the driver. Runs first in this module, before any evaluation reaches the worker."""
+    script = (
+        "import json; from rtlreward.plugins import get_registry; r = get_registry(); "
+        "print(json.dumps({k: sorted(getattr(r, k)()) for k in ('stages', 'profiles', 'datasets')}))"
+    )
+    res = cluster.worker_exec(cluster.workers[0], "python3", "-c", script)
+    assert res.returncode == 0, res.stdout + res.stderr
+    remote = json.loads(res.stdout.strip().splitlines()[-1])
+    registry = get_registry()
+    assert remote == {k: sorted(getattr(registry, k)()) for k in ("stages", "profiles", "datasets")}
+    assert {"format", "safety", "interface", "lint", "compile", "tests", "equivalence"} <= set(
+        remote["stages"]
+    )
+
+
+def test_the_worker_image_takes_metadata_from_site_packages_not_the_checkout(tmp_path, monkeypatch):
+    """Run from a checkout with `pip install -e .`'s `.egg-info` in it (first on sys.path), the image still gets
+    rtlreward's installed dist-info with its entry points."""
+    import importlib.metadata
+
+    from ray_cluster_helpers import find_distribution, install_paths
+
+    fake = tmp_path / "rtlreward.egg-info"
+    fake.mkdir()
+    (fake / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: rtlreward\nVersion: 0.0.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert importlib.metadata.distribution("rtlreward").version == "0.0.0"  # what the old lookup found
+    dist = find_distribution("rtlreward")
+    assert dist.version != "0.0.0"
+    assert any(str(dist._path).startswith(p) for p in install_paths())  # type: ignore[attr-defined]
+    assert "[rtlreward]" in (dist.read_text("entry_points.txt") or "")
+
+
 def test_the_worker_shares_no_file_system_with_the_driver(cluster, tmp_path):
     marker = tmp_path / "driver-only.txt"
     marker.write_text("on the driver's disk")
