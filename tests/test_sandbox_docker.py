@@ -661,10 +661,13 @@ def test_close_removes_warm_containers_and_slot_folders():
 
 def test_the_engine_scores_each_candidate_in_a_warm_slot_and_releases_it(tmp_path):
     """`Engine(executor=DockerExecutor())` makes each candidate's workspace inside a warm slot, removes it
-    afterwards and releases the slot. The first candidate teaches the slot the task's read-only folders (those
-    commands run cold, and the container is replaced with them mounted); from then on every command goes by
-    `docker exec` into the same container, wiped between candidates, with no workspace of the last left in it.
-    The replies differ by a comment, so nothing is deduplicated or cached."""
+    afterwards and releases the slot. The first candidates teach the slots the task's read-only folders (those
+    commands run cold, and the containers are replaced with them mounted); from then on every command goes by
+    `docker exec` into a container already running, wiped between candidates, with no workspace of the last left in
+    it. The pool may hold a spare beyond its one slot, and which slot learns first depends on timing, so only the
+    steady state is asserted: the last two candidates start no container and run nothing cold. Every count is this
+    executor's own (`stats()`), never the machine's containers. The replies differ by a comment, so nothing is
+    deduplicated or cached."""
     pytest.importorskip("docker")
     from rtlreward.engine import Engine
     from rtlreward.model import Candidate
@@ -680,22 +683,23 @@ def test_the_engine_scores_each_candidate_in_a_warm_slot_and_releases_it(tmp_pat
         t for t in get_registry().datasets()["folder"].load(str(repo / "examples")) if t.id == "counter"
     )
     reply = (repo / "examples" / "counter" / "completions" / "correct.txt").read_text()
-    rewards, hosts, stats = [], [], []
+    rewards, containers, stats = [], [], []
     with Engine("seed", executor=ex, cache=False, jobs=1, workspace_root=tmp_path) as engine:
-        for i in range(3):
+        for i in range(5):
             rewards.append(engine.score(task, Candidate(text=reply + f"\n// copy {i}\n")))
             assert ex.settle(), "the slot was never recycled"
             slots = list(ex._slot_list)
-            assert slots and all(s.state == "idle" and s.workspace is None for s in slots)
+            assert 1 <= len(slots) <= 2, "one slot and at most one spare"
+            assert all(s.state == "idle" and s.workspace is None for s in slots)
             assert all(not any(s.ws.iterdir()) for s in slots), "a workspace was left in its slot"
-            hosts.append({s.container for s in slots})
+            containers.append({s.container for s in slots})
             stats.append(ex.stats())
     assert all(r.total == pytest.approx(1.4) for r in rewards), [r.total for r in rewards]
-    before, after = stats[1], stats[2]  # the third candidate against the second
-    assert after.get("warm_exec", 0) - before.get("warm_exec", 0) >= 2, stats
-    assert after.get("cold", 0) == before.get("cold", 0), stats
-    assert after.get("started") == before.get("started"), stats
-    assert hosts[1] == hosts[2], hosts
+    for before, after in zip(stats[2:], stats[3:], strict=False):  # the steady state: candidates 4 and 5
+        assert after.get("warm_exec", 0) - before.get("warm_exec", 0) >= 2, stats
+        assert after.get("cold", 0) == before.get("cold", 0), stats
+        assert after.get("started") == before.get("started"), stats
+    assert containers[2] == containers[3] == containers[4], containers
     assert not list(tmp_path.iterdir()), "the slot folders outlived the engine's close"
 
 
@@ -719,7 +723,8 @@ def test_native_root_commands_run_unprivileged_in_the_image_files(tmp_path):
         "python3 -c 'import os; print(os.getuid(), os.getgid(), os.getgroups())'; "
         "python3 -c 'import os; os.chroot(\"/\")' 2>/dev/null && echo CHROOT-OK; "
         "python3 -c 'import os; os.setuid(0)' 2>/dev/null && echo SETUID-OK; "
-        "ls /proc | wc -l; touch /usr/x /etc/x 2>/dev/null && echo WROTE-ROOT; echo done"
+        "ls /proc | tr '\\n' ' '; echo; touch /usr/x /etc/x /proc/x 2>/dev/null && echo WROTE-ROOT; "
+        "readlink /proc/self/exe; ls /proc/1 2>/dev/null | wc -l; yosys -V >/dev/null 2>&1 && echo YOSYS-OK; echo done"
     )
     with ex:
         ws = ex.make_workspace("n")
@@ -737,7 +742,9 @@ def test_native_root_commands_run_unprivileged_in_the_image_files(tmp_path):
     uid, gid = ex.user
     assert lines[2] == f"{uid} {gid} []" and uid != 0
     assert "CHROOT-OK" not in r.stdout and "SETUID-OK" not in r.stdout and "WROTE-ROOT" not in r.stdout
-    assert lines[3] == "0"  # no /proc inside
+    # No /proc inside: only `self/exe` for Yosys (its share folder), nothing that reaches a process; Yosys starts.
+    assert lines[3].split() == ["self"] and lines[4] == "/usr/bin/yosys" and lines[5] == "0", r.stdout
+    assert ("YOSYS-OK" in r.stdout) == ("YOSYS-OK" in ref.stdout), (r.stdout, ref.stdout)
     assert copy is not None and copy.is_dir()
     setuid = [
         os.path.join(d, f)

@@ -72,7 +72,7 @@ from rtlreward.sandbox.image import (
     docker_client,
     image_recipe,
 )
-from rtlreward.sandbox.nativeroot import DEVICES, NATIVE, export_root, mountpoint, wanted
+from rtlreward.sandbox.nativeroot import DEVICES, NATIVE, export_root, mountpoint, proc_shim, wanted
 from rtlreward.sandbox.reaper import (
     container_labels,
     make_workspace,
@@ -464,11 +464,18 @@ class DockerExecutor:
                 idle = [s for s in self._slot_list if s.state == "idle"]
                 if idle:
                     slot = idle[0]
-                    if slot.expires - time.time() < min(WARM_MIN_LEFT, self.lease / 4) or (
-                        slot.served >= self.hygiene_every
+                    # An idle slot started before mounts were learned (a spare, a prewarmed one) would run the
+                    # commands that need them cold: replace it first, as its own recycling would.
+                    stale = self._stale_mounts(slot)
+                    if (
+                        stale
+                        or slot.expires - time.time() < min(WARM_MIN_LEFT, self.lease / 4)
+                        or (slot.served >= self.hygiene_every)
                     ):
                         slot.state = "recycling"
-                        slot.dirty = slot.dirty or "its lease or hygiene bound ran out"
+                        slot.dirty = slot.dirty or (
+                            "new mounts were learned" if stale else "its lease or hygiene bound ran out"
+                        )
                         threading.Thread(target=self._recycle, args=(slot,), daemon=True).start()
                         continue
                     slot.state, slot.served = "busy", slot.served + 1
@@ -669,10 +676,12 @@ class DockerExecutor:
     def _rooted(copy: Path, mounts: list, tmpfs: dict[str, str]) -> tuple[list, dict[str, str]]:
         """The slot container's mounts for commands chrooted into `copy`: the copy read-only at NATIVE, each mount
         moved under it (its mount point made in the copy first), private tmpfs for its /tmp, /dev, /dev/shm and
-        /run, and the harmless host devices in its /dev."""
+        /run, the harmless host devices in its /dev, and at its /proc only `self/exe` for Yosys (`proc_shim`)."""
         from docker.types import Mount
 
         out = [Mount(target=NATIVE, source=str(copy), type="bind", read_only=True)]
+        mountpoint(copy, "/proc")
+        out.append(Mount(target=NATIVE + "/proc", source=str(proc_shim()), type="bind", read_only=True))
         skeletons = [m["Target"] for m in mounts if m["Target"] in PRIVATE_TOPS]
         for m in mounts:
             target = m["Target"]
@@ -739,11 +748,7 @@ class DockerExecutor:
             if slot.workspace is not None and str(slot.workspace) in self._cancelled:
                 why.append("its workspace was cancelled")
         with self._pool:
-            shape_changed = (
-                not self._ro_paths <= slot.ro_paths
-                or any(t not in slot.targets for t in self._targets)
-                or any(slot.fixed.get(t) != src for t, src in self._fixed.items())
-            )
+            shape_changed = self._stale_mounts(slot)
         if shape_changed:
             why.append("new mounts were learned")
         if slot.served >= self.hygiene_every:
@@ -776,6 +781,14 @@ class DockerExecutor:
         if fields.get("rest", "").strip():
             return "files in /tmp or /dev/shm could not be removed"
         return None
+
+    def _stale_mounts(self, slot: _Slot) -> bool:
+        """Whether the slot's container lacks mounts learned since it started (pool lock held)."""
+        return (
+            not self._ro_paths <= slot.ro_paths
+            or any(t not in slot.targets for t in self._targets)
+            or any(slot.fixed.get(t) != src for t, src in self._fixed.items())
+        )
 
     def _slot_for(self, workspace: Path) -> _Slot | None:
         """The busy warm slot serving `workspace` (or a folder inside it)."""

@@ -28,7 +28,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEVICES", "NATIVE", "NATIVE_TMPFS", "export_root", "mountpoint", "wanted"]
+__all__ = ["DEVICES", "NATIVE", "NATIVE_TMPFS", "export_root", "mountpoint", "proc_shim", "wanted"]
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +127,30 @@ def _prune(client: Any, folder: Path, *, keep: str) -> None:
             shutil.rmtree(entry, ignore_errors=True)
         except Exception:
             continue
+
+
+# The one thing of /proc a tool in the copy needs: Yosys finds its share folder (and refuses to start without it)
+# through readlink("/proc/self/exe"). Python, Icarus, vvp and cocotb read nothing under /proc/self here.
+PROC_SHIM_EXE = "/usr/bin/yosys"
+
+
+def proc_shim() -> Path:
+    """A host folder to mount read-only at the copy's /proc: `self/exe` -> /usr/bin/yosys and nothing else, so
+    there is still no /proc through which a command could reach another process (made once, shared)."""
+    final = _cache_dir() / f"proc-shim-{PROC_SHIM_EXE.strip('/').replace('/', '_')}"
+    if (final / "self" / "exe").is_symlink():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".proc-shim.{uuid.uuid4().hex[:8]}.tmp"
+    (tmp / "self").mkdir(parents=True)
+    os.symlink(PROC_SHIM_EXE, tmp / "self" / "exe")
+    for d in (tmp, tmp / "self"):
+        d.chmod(0o755)
+    try:
+        os.rename(tmp, final)
+    except OSError:  # another process made it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
 
 
 def mountpoint(copy: Path, target: str, *, is_file: bool = False) -> None:
