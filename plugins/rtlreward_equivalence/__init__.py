@@ -20,10 +20,16 @@ Semantics and limits are in docs/equivalence.md.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import json
+import re
 import secrets
+import shlex
 import shutil
 import subprocess
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -34,7 +40,7 @@ from rtlreward import hookimpl
 from rtlreward.model import Diagnostic, StageResult, Status
 from rtlreward.stage import Stage, StageContext, UnsafePath, safe_relpath
 
-from . import diffsim, formal
+from . import diffsim, formal, view
 from .design import (
     IDENT_RE,
     Timing,
@@ -64,6 +70,12 @@ DEFAULTS: dict[str, Any] = {
     "sim_timeout": 20.0,  # seconds per simulation of the reference; the candidate's is calibrated from it
     "yosys": "yosys",  # the commands to run (e.g. another install's path)
     "yosys_abc": "yosys-abc",
+    # What is paid for what was decided (docs/equivalence.md#what-each-verdict-pays):
+    "undecided": 0.25,  # score of an answer nothing refuted and nothing proved, where the reference proves itself
+    "refuted_max": 0.5,  # the most a refuted answer earns: this times its output-bit credit above a constant stub
+    "simulation_only_factor": 4,  # more random runs where the reference does not prove against itself in budget
+    "yosys_seconds": 10.0,  # Yosys's budget to read and flatten both designs and build the miter
+    "yosys_memory_mb": 2048,  # and its memory: a design that instantiates itself is cut here, not at the limit
 }
 MAX_ROWS = 16  # input rows shown in a counterexample
 
@@ -137,6 +149,56 @@ class _Formal:
     note: str = ""
     seconds: float = 0.0
     nolatches: bool = False  # Yosys needed -nolatches to read the designs
+    answer_side: bool = False  # the answer made the formal step fail or skip (an error only its side has)
+
+
+@attrs.frozen
+class _Views:
+    """Each side as Icarus preprocessed it and `view.neutralise`d it, with its line map; None where Icarus's
+    preprocessor failed."""
+
+    gold: tuple[view.Neutralised, dict[int, tuple[str, int]] | None] | None
+    gate: tuple[view.Neutralised, dict[int, tuple[str, int]] | None] | None
+    missing_tool: bool = False
+
+
+# Whether a reference proves against itself (`EquivalenceStage._self_proof`), per reference text, plan and toolchain.
+SELF_PROOF_VERSION = "1"
+_SELF_PROOFS: dict[str, bool] = {}
+_SELF_LOCK = threading.Lock()
+
+
+def _self_proof_dir() -> Path:
+    from rtlreward.cache import default_cache_dir
+
+    return default_cache_dir() / "equivalence-self-proof"
+
+
+def _read_small(path: Path, limit: int = 4096) -> str | None:
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > limit:
+            return None
+        return path.read_text(errors="replace")
+    except OSError:
+        return None
+
+
+_PP_LINE_RE = re.compile(r"\b(gold|gate)\.ys\.v:(\d+)")
+
+
+def _map_lines(msg: str, maps: Mapping[str, Mapping[int, tuple[str, int]] | None]) -> str:
+    """`gate.ys.v:12` in a Yosys message -> the answer's file and line (the reference's, prefixed); without a map,
+    `the answer (preprocessed), line 12`."""
+
+    def sub(m: Any) -> str:
+        side, line = m.group(1), int(m.group(2))
+        where = (maps.get(f"{side}.ys.v") or {}).get(line)
+        who = "reference " if side == "gold" else ""
+        if where is None:
+            return f"{who or 'the answer '}(preprocessed) line {line}"
+        return f"{who}{where[0]}:{where[1]}"
+
+    return _PP_LINE_RE.sub(sub, msg)
 
 
 @attrs.frozen
@@ -169,45 +231,104 @@ class EquivalenceStage(Stage):
             status, 0.0, metrics={"equivalence": verdict, **metrics}, diagnostics=[d], feedback=msg
         )
 
-    def _formal(
-        self, ctx: StageContext, work: Path, plan: diffsim.SimPlan, gold: _Side, gate: _Side
-    ) -> _Formal:
+    def _views(self, ctx: StageContext, work: Path, gold: _Side, gate: _Side) -> _Views:
+        """Both designs as Icarus preprocesses them (`iverilog -g2012 -E`, the program and defines the simulation
+        runs), in one sandboxed command, then `view.neutralise`d: the text every tool that judges the answer reads."""
+        script = []
+        for side, files in (("gold", gold), ("gate", gate)):
+            # the units under names safe anywhere (iverilog passes file names on one per line)
+            argv = ["iverilog", "-g2012", "-E", "-o", f"{side}.pp.v", *(f"-I{d}" for d in files.incdirs)]
+            argv += list(files.script_units)
+            quoted = " ".join(shlex.quote(a) for a in argv)
+            script.append(f"{quoted} >{side}.pp.err 2>&1; echo $? >{side}.pp.rc")
+        res = ctx.run(["sh", "-c", "\n".join(script)], cwd=work, timeout=min(float(ctx.timeout), 10.0))
+        out: dict[str, Any] = {}
+        for side, files in (("gold", gold), ("gate", gate)):
+            rc = _read_small(work / f"{side}.pp.rc")
+            text = _read_small(work / f"{side}.pp.v", limit=view.MAX_TEXT)
+            if res.timed_out or text is None or (rc or "").strip() != "0":
+                out[side] = None
+                continue
+            n = view.neutralise(text)
+            (work / f"{side}.ys.v").write_text(n.text)
+            units = [(files.names.get(u, u), (work / u).read_text(errors="replace")) for u in files.script_units]
+            out[side] = (n, view.line_map(units))
+        return _Views(out["gold"], out["gate"], _missing_tool(res, "iverilog") or _missing_tool(res, "sh"))
+
+    def _yosys(self, ctx: StageContext, work: Path, script: str, name: str) -> Any:
         opts = {**DEFAULTS, **ctx.options}
-        wrapper = formal.wrapper(plan.inputs, plan.reset, plan.reset_cycles)
-        (work / "wrapper.sv").write_text(wrapper)
+        (work / name).write_text(script)
+        return ctx.run(
+            [str(opts.get("yosys") or "yosys"), "-q", "-s", name],
+            cwd=work,
+            timeout=min(float(ctx.timeout), float(opts["yosys_seconds"])),
+            memory_mb=int(opts["yosys_memory_mb"]),
+        )
+
+    def _formal(
+        self,
+        ctx: StageContext,
+        work: Path,
+        plan: diffsim.SimPlan,
+        gold_file: str,
+        gate_file: str,
+        *,
+        gold_pp: bool = True,
+        drop_ports: tuple[str, ...] = (),
+        budget: float | None = None,
+        maps: Mapping[str, Mapping[int, tuple[str, int]] | None] | None = None,
+    ) -> _Formal:
+        """Build the miter of `gold_file` and `gate_file` (single preprocessed files in `work`) and prove it. The
+        names the proof adds are fresh (`formal.Names.fresh`); Yosys's messages are rewritten before anyone sees
+        them. `answer_side` says whether a failure lay in reading the answer."""
+        opts = {**DEFAULTS, **ctx.options}
+        names = formal.Names.fresh()
+        (work / "wrapper.sv").write_text(formal.wrapper(plan.inputs, plan.reset, plan.reset_cycles, names))
         yosys, abc = str(opts.get("yosys") or "yosys"), str(opts.get("yosys_abc") or "yosys-abc")
+        mark_start, mark_gold, mark_gate = (f"m{secrets.token_hex(8)}" for _ in range(3))
         seconds = 0.0
         for nolatches in (False, True):
             script = formal.miter_script(
-                gold.script_units,
-                gate.script_units,
+                [gold_file],
+                [gate_file],
                 plan.top,
                 "wrapper.sv",
-                gold_incdirs=gold.script_incdirs,
-                gate_incdirs=gate.script_incdirs,
+                names,
                 nolatches=nolatches,
+                preprocessed=True,
+                gold_preprocessed=gold_pp,
+                drop_ports=drop_ports,
+                marks=(mark_gold, mark_gate),
             )
-            (work / "eq.ys").write_text(script)
-            res = ctx.run([yosys, "-q", "-s", "eq.ys"], cwd=work)
+            res = self._yosys(ctx, work, f"log -stderr {mark_start}\n" + script, "eq.ys")
             seconds += res.duration
             if res.returncode == 0 or formal.LATCH_ERROR not in formal.yosys_error(res.output):
                 break
         if _missing_tool(res, yosys):
             return _Formal("missing", note=f"cannot run {yosys!r}: install Yosys (`apt-get install yosys`)")
-        if res.timed_out:
+        marks = {line.strip() for line in res.stderr.splitlines()}
+        gold_read, gate_read = mark_gold in marks, mark_gate in marks
+        if not res.timed_out and res.returncode != 0 and mark_start not in marks:
+            # Yosys failed before reading anything: the tool, not a design (no share folder, a broken install)
+            msg = formal.yosys_error(res.output, names) or f"exit {res.returncode}"
+            return _Formal("missing", note=f"Yosys does not start where the design runs: {msg}")
+        if res.timed_out or res.returncode != 0 or not (work / formal.AIG).is_file():
+            answer_side = gold_read and not gate_read
+            if res.timed_out:
+                limit = min(float(ctx.timeout), float(opts["yosys_seconds"]))
+                what = "reading the answer" if answer_side else "building the miter"
+                note = f"Yosys did not finish {what} within {limit:g} s or its memory budget"
+                return _Formal("timeout", note=note, seconds=seconds, answer_side=answer_side)
+            msg = formal.yosys_error(res.output, names) or f"exit {res.returncode}"
+            msg = _map_lines(msg, maps or {})
+            whose = "the answer" if answer_side else "the designs"
             return _Formal(
-                "timeout", note=f"Yosys did not build the miter within {ctx.timeout:g} s", seconds=seconds
+                "error",
+                note=f"Yosys could not read or compare {whose}: {msg}",
+                seconds=seconds,
+                answer_side=answer_side,
             )
-        if res.returncode != 0 or not (work / formal.AIG).is_file():
-            msg = formal.yosys_error(res.output) or f"exit {res.returncode}"
-            for name, orig in sorted(gold.names.items(), key=lambda kv: -len(kv[0])):
-                msg = msg.replace(name, f"reference {orig}")
-            for name, orig in sorted(gate.names.items(), key=lambda kv: -len(kv[0])):
-                msg = msg.replace(name, orig)
-            return _Formal(
-                "error", note=f"Yosys could not read or compare the designs: {msg}", seconds=seconds
-            )
-        budget = float(opts.get("formal_timeout", DEFAULTS["formal_timeout"]))
+        budget = float(opts["formal_timeout"]) if budget is None else budget
         res = ctx.run([abc, "-c", formal.abc_pdr(budget)], cwd=work, timeout=budget + 10)
         seconds += res.duration
         if _missing_tool(res, abc):
@@ -222,9 +343,9 @@ class EquivalenceStage(Stage):
             engine, cex_file = "bmc", "bmc.cex"
             found = formal.parse_abc(res.stdout) if not res.timed_out else formal.AbcResult("undecided")
         if found.verdict == "proved":
-            return _Formal("proved", engine, seconds=seconds)
+            return _Formal("proved", engine, seconds=seconds, nolatches=nolatches)
         if found.verdict == "bounded" and found.frame:
-            return _Formal("bounded", engine, bound=found.frame, seconds=seconds)
+            return _Formal("bounded", engine, bound=found.frame, seconds=seconds, nolatches=nolatches)
         if found.verdict == "cex":
             try:
                 inputs = formal.parse_map((work / formal.MAP).read_text())
@@ -241,29 +362,82 @@ class EquivalenceStage(Stage):
         )
 
     def _sat_prove(
-        self, ctx: StageContext, work: Path, plan: diffsim.SimPlan, gold: _Side, gate: _Side, fres: _Formal
+        self,
+        ctx: StageContext,
+        work: Path,
+        plan: diffsim.SimPlan,
+        gold_file: str,
+        gate_file: str,
+        fres: _Formal,
+        *,
+        gold_pp: bool,
+        drop_ports: tuple[str, ...],
     ) -> bool:
         """The x-aware proof (see `formal.sat_script`): True only when Yosys exits 0 after `sat -verify`."""
         opts = {**DEFAULTS, **ctx.options}
         t = float(opts["sat_timeout"])
         marker = f"rtlreward_proved_{secrets.token_hex(8)}"
         script = formal.sat_script(
-            gold.script_units,
-            gate.script_units,
+            [gold_file],
+            [gate_file],
             plan.top,
             plan.reset,
             plan.reset_cycles,
+            formal.Names.fresh(),
             maxsteps=int(opts["sat_maxsteps"]),
             timeout=t,
-            gold_incdirs=gold.script_incdirs,
-            gate_incdirs=gate.script_incdirs,
             nolatches=fres.nolatches,
             marker=marker,
+            preprocessed=True,
+            gold_preprocessed=gold_pp,
+            drop_ports=drop_ports,
         )
         (work / "sat.ys").write_text(script)
-        res = ctx.run([str(opts.get("yosys") or "yosys"), "-q", "-s", "sat.ys"], cwd=work, timeout=3 * t + 10)
+        res = ctx.run(
+            [str(opts.get("yosys") or "yosys"), "-q", "-s", "sat.ys"],
+            cwd=work,
+            timeout=3 * t + 10,
+            memory_mb=int(opts["yosys_memory_mb"]),
+        )
         proved_line = any(line.strip() == marker for line in res.stderr.splitlines())
         return res.returncode == 0 and not res.timed_out and proved_line
+
+    def _self_proof(
+        self, ctx: StageContext, work: Path, plan: diffsim.SimPlan, gold_file: str, gold_pp: bool
+    ) -> bool:
+        """Whether the reference proves against a renamed copy of itself within the answer's budget (twice it,
+        to be fair to the task): where it does, an answer that is neither proved nor refuted is suspect. Cached
+        per reference text, plan and toolchain, in this process and on disk."""
+        opts = {**DEFAULTS, **ctx.options}
+        text = (work / gold_file).read_text(errors="replace")
+        budget = 2 * float(opts["formal_timeout"])
+        key = hashlib.sha256(
+            repr(
+                (SELF_PROOF_VERSION, text, gold_pp, plan, budget, opts["yosys"], _version(("yosys", "-V")))
+            ).encode("utf-8", "surrogatepass")
+        ).hexdigest()[:32]
+        with _SELF_LOCK:
+            if key in _SELF_PROOFS:
+                return _SELF_PROOFS[key]
+        disk = _self_proof_dir() / f"{key}.json"
+        try:
+            proved = bool(json.loads(disk.read_text())["proved"])
+        except (OSError, ValueError, KeyError, TypeError):
+            sub = work / "self"
+            sub.mkdir(exist_ok=True)
+            shutil.copyfile(work / gold_file, sub / "gold.v")
+            shutil.copyfile(work / gold_file, sub / "gate.v")
+            fres = self._formal(ctx, sub, plan, "gold.v", "gate.v", gold_pp=gold_pp, budget=budget)
+            proved = fres.outcome == "proved"
+            if fres.outcome in ("proved", "undecided", "bounded", "cex"):  # not a time limit of the machine
+                with contextlib.suppress(OSError):
+                    disk.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = disk.with_suffix(f".{secrets.token_hex(4)}.tmp")
+                    tmp.write_text(json.dumps({"proved": proved, "outcome": fres.outcome}))
+                    tmp.replace(disk)
+        with _SELF_LOCK:
+            _SELF_PROOFS[key] = proved
+        return proved
 
     def _simulate(
         self,
@@ -367,70 +541,201 @@ class EquivalenceStage(Stage):
         gold = _materialise(work, "gold", gold_files)
         gate = _materialise(work, "gate", gate_files)
 
+        # 0. one view: what Icarus simulates, as every tool reads it
+        views = self._views(ctx, work, gold, gate)
+        if views.missing_tool:
+            return self._fail(
+                Status.ERROR, "Icarus Verilog is not installed: `apt-get install iverilog`", "tool-missing"
+            )
+        if views.gate is None:
+            return self._fail(
+                Status.FAILED,
+                "Icarus's preprocessor rejects the answer (an undefined macro, a bad directive or an include it "
+                "cannot find), so it cannot be simulated",
+                "compile-failed",
+                formal="skipped",
+            )
+        gate_view, gate_map = views.gate
+        if gate_view.attributes or gate_view.pragmas:
+            notes.append(
+                Diagnostic(
+                    f"the answer's attributes ({gate_view.attributes}) and synthesis pragmas in comments "
+                    f"({gate_view.pragmas}) are ignored: the proof reads what the simulator runs",
+                    severity="info",
+                    code="neutralised",
+                )
+            )
+        tested = sorted({m for text in hdl_only(ctx.files).values() for m in view.tool_tests(text)})
+        if tested:
+            notes.append(
+                Diagnostic(
+                    f"the answer tests tool macros ({', '.join(tested)}): every check reads the branch Icarus "
+                    "compiles, the one the simulation runs",
+                    severity="info",
+                    code="tool-macro",
+                )
+            )
+        if views.gold is None:
+            # The reference is trusted: Yosys reads its files itself (its simulation will say if Icarus cannot).
+            gold_file, gold_pp, gold_map = "gold.raw.v", False, None
+            (work / gold_file).write_text(
+                "\n".join((work / u).read_text(errors="replace") for u in gold.units) + "\n"
+            )
+        else:
+            gold_file, gold_pp, gold_map = "gold.ys.v", True, views.gold[1]
+        maps = {"gold.ys.v": gold_map, "gate.ys.v": gate_map}
+
         # 1. formal
-        same_ports = {(p.name, p.direction, p.width) for p in ref_ports} == {
-            (p.name, p.direction, p.width) for p in cand_ports
-        }
-        why_not = ""
+        cand = {p.name: p for p in cand_ports}
+        extra = tuple(p.name for p in cand_ports if p.name not in {r.name for r in ref_ports})
+        widths_differ = [p.name for p in ref_ports if (cand[p.name].width or 1) != (p.width or 1)]
+        why_not, answer_side = "", False
         if not opts["formal"]:
             why_not = "formal check disabled by the profile"
         elif odd:
             why_not = f"port {odd[0].name} is not a plain input/output vector"
         elif len(timing.clocks) > 1:
             why_not = f"several clocks ({', '.join(timing.clocks)})"
-        elif not same_ports:
-            why_not = "the answer's ports differ from the reference's in width or number"
+        elif widths_differ:
+            why_not, answer_side = (
+                f"the answer's port {widths_differ[0]} differs in width from the reference's",
+                True,
+            )
+        elif any(not IDENT_RE.match(n) for n in extra):
+            why_not, answer_side = "the answer has an extra port that is not a plain identifier", True
+        elif gate_view.problem:
+            why_not, answer_side = gate_view.problem, True
         if why_not:
-            fres = _Formal("skipped", note=f"no formal check: {why_not}")
+            fres = _Formal("skipped", note=f"no formal check: {why_not}", answer_side=answer_side)
         else:
-            fres = self._formal(ctx, work, plan, gold, gate)
+            fres = self._formal(
+                ctx, work, plan, gold_file, "gate.ys.v", gold_pp=gold_pp, drop_ports=extra, maps=maps
+            )
         if fres.outcome == "missing":
             return self._fail(Status.ERROR, fres.note, "tool-missing")
         metrics["formal_seconds"] = round(fres.seconds, 4)
         metrics["formal"] = fres.outcome
+        if extra:
+            metrics["extra_ports"] = len(extra)
         if fres.note:
             notes.append(Diagnostic(fres.note, severity="info", code=f"formal-{fres.outcome}"))
-        if fres.outcome == "proved":
-            return self.result(
-                Status.PASSED,
-                1.0,
-                metrics={
-                    **metrics,
-                    "equivalence": "proved",
-                    "method": "formal",
-                    "formal_engine": fres.engine,
-                    "output_bits_mismatched": 0,
-                    "outputs_mismatched": 0,
-                },
-                diagnostics=notes,
-            )
 
-        # 2. simulation: replay a formal counterexample, then seeded random stimulus
+        # 2. simulation: replay a formal counterexample, then seeded random stimulus. Always, after a proof too: a
+        # proof is trusted only when a simulation of the same text agrees (an incomplete sensitivity list, a
+        # latch, a delay is read one way by Yosys and another by the simulator).
         if odd or not opts["simulate"]:
             reason = (
                 "simulation disabled by the profile"
                 if not opts["simulate"]
                 else (f"port {odd[0].name} cannot be driven by the generated testbench")
             )
-            return self._undecided(fres, metrics, notes, reason)
-        sim_timeout = float(opts["sim_timeout"])
+            return self._unsimulated(fres, plan, metrics, notes, reason, opts)
+        stim, replay_cycles = self._stimulus(ctx, plan, fres, factor=1)
+        sim = self._compare(ctx, work, gold, gate, plan, stim, metrics, notes)
+        if isinstance(sim, StageResult):
+            return sim
+        comparison, gold_error, gate_error, gold_trace = sim
+        # PDR's counterexample did not show in simulation (or could not be replayed): it may rest on an x of the
+        # reference. Prove again with x modelled, an x of the reference being a don't-care.
+        unconfirmed = fres.outcome == "cex" and (comparison is None or comparison.first is None)
+        if (
+            unconfirmed
+            and not gold_error
+            and not gate_error
+            and self._sat_prove(
+                ctx, work, plan, gold_file, "gate.ys.v", fres, gold_pp=gold_pp, drop_ports=extra
+            )
+        ):
+            notes.append(
+                Diagnostic(
+                    "proved with x in the reference as a don't-care (Yosys sat); PDR's counterexample rested "
+                    "on such an x",
+                    severity="info",
+                    code="formal-x-proof",
+                )
+            )
+            fres = _Formal("proved", "sat", seconds=fres.seconds)
+            metrics["formal"] = "proved"
+        if comparison is not None and comparison.first is None and fres.outcome not in ("proved", "cex"):
+            # Undecided: pay it in full only where the reference itself cannot be proved in budget (then
+            # simulation is all there is, and it runs longer); elsewhere it is suspect.
+            proves = bool(opts["formal"]) and not odd and len(timing.clocks) <= 1
+            proves = proves and self._self_proof(ctx, work, plan, gold_file, gold_pp)
+            metrics["reference_proves"] = proves
+            if not proves and opts["formal"]:
+                factor = max(1, int(opts["simulation_only_factor"]))
+                more, _ = self._stimulus(ctx, plan, _Formal("skipped"), factor=factor, salt=1)
+                sim = self._compare(ctx, work, gold, gate, plan, more, metrics, notes)
+                if isinstance(sim, StageResult):
+                    return sim
+                if sim[0] is not None and sim[0].first is not None:
+                    stim, replay_cycles = more, 0
+                    comparison, gold_error, gate_error, gold_trace = sim
+            return self._verdict(
+                fres,
+                plan,
+                stim,
+                replay_cycles,
+                comparison,
+                metrics,
+                notes,
+                gold_error,
+                gate_error,
+                gold_trace,
+                opts,
+                simulation_only=not proves,
+            )
+        return self._verdict(
+            fres,
+            plan,
+            stim,
+            replay_cycles,
+            comparison,
+            metrics,
+            notes,
+            gold_error,
+            gate_error,
+            gold_trace,
+            opts,
+            simulation_only=False,
+        )
+
+    def _stimulus(
+        self, ctx: StageContext, plan: diffsim.SimPlan, fres: _Formal, *, factor: int, salt: int = 0
+    ) -> tuple[diffsim.Stimulus, int]:
+        """The random runs (seeded from the candidate's seed), after a formal counterexample's replay when there
+        is one; and how many cycles the replay takes."""
+        opts = {**DEFAULTS, **ctx.options}
         random_stim = diffsim.random_stimulus(
             plan,
-            ctx.seed,
-            seeds=int(opts["seeds"]),
+            ctx.seed + salt * 1_000_003,
+            seeds=int(opts["seeds"]) * factor,
             cycles=int(opts["cycles"]),
             reset_probability=float(opts["reset_probability"]),
         )
-        replay_cycles = 0
-        stim = random_stim
         if fres.outcome == "cex":
             # One simulation: the formal counterexample first, then the random runs (each starts with reset).
             replay = diffsim.directed_stimulus(plan, fres.frames)
-            replay_cycles = len(replay)
-            stim = diffsim.concat(replay, random_stim)
-        metrics["sim_seeds"] = int(opts["seeds"])
-        metrics["sim_cycles"] = len(random_stim)
-        comparison: diffsim.Comparison | None = None
+            return diffsim.concat(replay, random_stim), len(replay)
+        return random_stim, 0
+
+    def _compare(
+        self,
+        ctx: StageContext,
+        work: Path,
+        gold: _Side,
+        gate: _Side,
+        plan: diffsim.SimPlan,
+        stim: diffsim.Stimulus,
+        metrics: dict[str, Any],
+        notes: list[Diagnostic],
+    ) -> StageResult | tuple[diffsim.Comparison | None, str, str, diffsim.Trace | None]:
+        """Simulate both designs on `stim` and compare: (comparison, the reference's error, the answer's error,
+        the reference's trace), or a result when Icarus is missing."""
+        opts = {**DEFAULTS, **ctx.options}
+        sim_timeout = float(opts["sim_timeout"])
+        metrics["sim_seeds"] = metrics.get("sim_seeds", 0) + len(stim.segments)
+        metrics["sim_cycles"] = metrics.get("sim_cycles", 0) + len(stim)
         gold_error = gate_error = ""
         g = self._simulate(ctx, work, "gold", gold, plan, stim, sim_timeout)
         if g.error == "missing":
@@ -442,65 +747,73 @@ class EquivalenceStage(Stage):
             notes.append(
                 Diagnostic(f"the reference could not be simulated: {gold_error}", code="reference-sim")
             )
-        else:
-            # A hung candidate is cut at a multiple of the reference's own time, not at the full budget.
-            limit = min(sim_timeout, max(2.0, 20 * g.seconds + 1.0))
-            a = self._simulate(ctx, work, "gate", gate, plan, stim, limit)
-            metrics["sim_seconds"] = round(g.seconds + a.seconds, 4)
-            if a.trace is None:
-                gate_error = a.error
-                notes.append(
-                    Diagnostic(f"Icarus could not compile the answer: {gate_error}", code="compile-failed")
-                )
-            else:
-                if a.timed_out:
-                    notes.append(
-                        Diagnostic(
-                            f"the simulation of the answer did not finish within {limit:g} s (the reference took "
-                            f"{g.seconds:.2f} s): cycles it never reached count as different",
-                            code="sim-timeout",
-                        )
-                    )
-                comparison = diffsim.compare(plan, stim, g.trace, a.trace)
-        # PDR's counterexample did not show in simulation (or could not be replayed): it may rest on an x of the
-        # reference. Prove again with x modelled, an x of the reference being a don't-care.
-        unconfirmed = fres.outcome == "cex" and (comparison is None or comparison.first is None)
-        if unconfirmed and not gold_error and self._sat_prove(ctx, work, plan, gold, gate, fres):
+            return None, gold_error, "", None
+        # A hung candidate is cut at a multiple of the reference's own time, not at the full budget.
+        limit = min(sim_timeout, max(2.0, 20 * g.seconds + 1.0))
+        a = self._simulate(ctx, work, "gate", gate, plan, stim, limit)
+        metrics["sim_seconds"] = round(metrics.get("sim_seconds", 0.0) + g.seconds + a.seconds, 4)
+        if a.trace is None:
+            gate_error = a.error
+            notes.append(
+                Diagnostic(f"Icarus could not compile the answer: {gate_error}", code="compile-failed")
+            )
+            return None, "", gate_error, g.trace
+        if a.timed_out:
             notes.append(
                 Diagnostic(
-                    "proved with x in the reference as a don't-care (Yosys sat); PDR's counterexample rested "
-                    "on such an x",
-                    severity="info",
-                    code="formal-x-proof",
+                    f"the simulation of the answer did not finish within {limit:g} s (the reference took "
+                    f"{g.seconds:.2f} s): cycles it never reached count as different",
+                    code="sim-timeout",
                 )
             )
+        return diffsim.compare(plan, stim, g.trace, a.trace), "", "", g.trace
+
+    def _unsimulated(
+        self,
+        fres: _Formal,
+        plan: diffsim.SimPlan,
+        metrics: dict,
+        notes: list[Diagnostic],
+        reason: str,
+        opts: Mapping[str, Any],
+    ) -> StageResult:
+        """No simulation (disabled, or ports a testbench cannot drive): the formal outcome alone decides, and only
+        a proof passes."""
+        notes.append(Diagnostic(reason, severity="info", code="no-simulation"))
+        if fres.engine:
+            metrics["formal_engine"] = fres.engine
+        if fres.outcome == "proved":
             metrics.update(
-                formal="proved",
-                formal_engine="sat",
-                equivalence="proved",
-                method="formal",
-                output_bits_mismatched=0,
-                outputs_mismatched=0,
+                equivalence="proved", method="formal", output_bits_mismatched=0, outputs_mismatched=0
             )
             return self.result(Status.PASSED, 1.0, metrics=metrics, diagnostics=notes)
-        return self._verdict(
-            fres, plan, stim, replay_cycles, comparison, metrics, notes, gold_error, gate_error
-        )
-
-    def _undecided(self, fres: _Formal, metrics: dict, notes: list[Diagnostic], reason: str) -> StageResult:
-        notes.append(Diagnostic(reason, severity="info", code="no-simulation"))
+        if fres.outcome == "cex":
+            metrics.update(equivalence="refuted", method="formal")
+            text = _describe_frames(plan, fres)
+            d = Diagnostic(text, code="not-equivalent")
+            return self.result(Status.FAILED, 0.0, metrics=metrics, diagnostics=[d, *notes], feedback=text)
         if fres.outcome == "bounded":
-            verdict = f"bounded({fres.bound})"
-            return self.result(
-                Status.PASSED,
-                1.0,
-                metrics={**metrics, "equivalence": verdict, "method": "formal", "bound": fres.bound},
-                diagnostics=notes,
-            )
+            metrics.update(equivalence=f"bounded({fres.bound})", method="formal", bound=fres.bound)
+            msg = f"no difference within {fres.bound} cycles, but nothing proved ({reason})"
+            return self._pay_undecided(metrics, notes, msg, opts)
+        if fres.answer_side:
+            metrics["equivalence"] = "unknown"
+            return self._pay_undecided(metrics, notes, "the answer could not be proved or simulated", opts)
         msg = "equivalence could not be checked: " + "; ".join(d.message for d in notes)
         return self.result(
             Status.ERROR, 0.0, metrics={**metrics, "equivalence": "unknown"}, diagnostics=notes, feedback=msg
         )
+
+    def _pay_undecided(
+        self, metrics: dict, notes: list[Diagnostic], why: str, opts: Mapping[str, Any]
+    ) -> StageResult:
+        share = min(1.0, max(0.0, float(opts["undecided"])))
+        msg = (
+            f"Not proved equivalent to the reference and not refuted: {why}. An undecided answer earns {share:g} "
+            "of this stage and does not pass; make the design match the reference so the proof closes."
+        )
+        d = Diagnostic(msg, code="undecided")
+        return self.result(Status.FAILED, share, metrics=metrics, diagnostics=[d, *notes], feedback=msg)
 
     def _verdict(
         self,
@@ -513,11 +826,25 @@ class EquivalenceStage(Stage):
         notes: list[Diagnostic],
         gold_error: str,
         gate_error: str,
+        gold_trace: diffsim.Trace | None,
+        opts: Mapping[str, Any],
+        *,
+        simulation_only: bool,
     ) -> StageResult:
-        """Fold the formal outcome and the simulation's comparison into one result (see the module docstring)."""
+        """Fold the formal outcome and the simulation's comparison into one result (docs/equivalence.md#what-each-
+        verdict-pays): a proof the simulation agrees with passes; a difference fails with credit above a constant
+        stub's, at most `refuted_max`; anything undecided fails with `undecided`, unless the reference itself
+        cannot be proved (then the longer simulation decides)."""
         formal_used = fres.outcome in ("cex", "bounded", "undecided")
         if fres.engine:
             metrics["formal_engine"] = fres.engine
+        if gate_error:
+            metrics.update(equivalence="unknown" if fres.outcome != "cex" else "refuted")
+            msg = (
+                "the answer could not be simulated (Icarus rejects it), so it cannot be accepted: "
+                + gate_error
+            )
+            return self.result(Status.FAILED, 0.0, metrics=metrics, diagnostics=notes, feedback=msg)
         if cmp is not None:
             bits_bad = sum(len(v) for v in cmp.mismatched_bits.values())
             metrics.update(
@@ -527,18 +854,39 @@ class EquivalenceStage(Stage):
             )
             if cmp.first is not None:
                 replayed = cmp.first.cycle < replay_cycles
-                how = (
-                    f"a formal counterexample ({fres.engine}) replayed in simulation"
-                    if replayed
-                    else "seeded random simulation"
-                )
-                method = "formal" if replayed else ("formal+simulation" if formal_used else "simulation")
-                score = 1.0 - bits_bad / plan.output_bits if plan.output_bits else 0.0
+                if fres.outcome == "proved":
+                    how = (
+                        "simulation of the same text after a proof: Yosys and the simulator read this design "
+                        "differently (an incomplete sensitivity list, a latch, a delay, initial state); the "
+                        "simulation is what counts"
+                    )
+                    method = "simulation"
+                    notes.append(Diagnostic(how, code="proof-simulation-mismatch"))
+                else:
+                    how = (
+                        f"a formal counterexample ({fres.engine}) replayed in simulation"
+                        if replayed
+                        else "seeded random simulation"
+                    )
+                    method = "formal" if replayed else ("formal+simulation" if formal_used else "simulation")
+                credit = 1.0 - bits_bad / plan.output_bits if plan.output_bits else 0.0
+                base = diffsim.constant_share(plan, stim, gold_trace) if gold_trace is not None else 0.0
+                above = max(0.0, (credit - base) / (1.0 - base)) if base < 1.0 else 0.0
+                score = min(1.0, max(0.0, float(opts["refuted_max"]))) * above
                 text, diags = _describe(plan, stim, cmp.first, how)
-                metrics.update(equivalence="refuted", method=method, first_mismatch_cycle=cmp.first.cycle)
+                metrics.update(
+                    equivalence="refuted",
+                    method=method,
+                    first_mismatch_cycle=cmp.first.cycle,
+                    bit_credit=round(credit, 6),
+                    stub_bit_credit=round(base, 6),
+                )
                 return self.result(
                     Status.FAILED, score, metrics=metrics, diagnostics=[*diags, *notes], feedback=text
                 )
+            if fres.outcome == "proved":
+                metrics.update(equivalence="proved", method="formal", sim_agrees=True)
+                return self.result(Status.PASSED, 1.0, metrics=metrics, diagnostics=notes)
             if fres.outcome == "cex":
                 notes.append(
                     Diagnostic(
@@ -548,22 +896,32 @@ class EquivalenceStage(Stage):
                         code="formal-cex-unconfirmed",
                     )
                 )
+            verdict = f"bounded({fres.bound})" if fres.outcome == "bounded" else "unknown"
             if fres.outcome == "bounded":
-                verdict = f"bounded({fres.bound})"
                 metrics["bound"] = fres.bound
-            else:
-                verdict = "unknown"
-            if fres.outcome in ("error", "skipped", "timeout"):
+            metrics.update(equivalence=verdict, method="formal+simulation" if formal_used else "simulation")
+            if simulation_only:
+                metrics["simulation_only"] = True
                 notes.append(
                     Diagnostic(
-                        "checked by differential simulation only (no proof)", severity="info", code="fallback"
+                        "decided by simulation: the reference does not prove against itself within the budget, so "
+                        "this task is simulation-only and ran a longer random simulation",
+                        severity="info",
+                        code="simulation-only",
                     )
                 )
-            metrics.update(equivalence=verdict, method="formal+simulation" if formal_used else "simulation")
-            return self.result(Status.PASSED, 1.0, metrics=metrics, diagnostics=notes)
-        # No simulation to compare: the formal outcome alone.
-        if fres.outcome == "bounded":
-            metrics.update(equivalence=f"bounded({fres.bound})", method="formal", bound=fres.bound)
+                return self.result(Status.PASSED, 1.0, metrics=metrics, diagnostics=notes)
+            why = {
+                "bounded": f"no difference within {fres.bound} cycles of BMC nor in simulation",
+                "undecided": "the proof did not close in its budget and simulation found no difference",
+                "cex": "the formal counterexample did not show in simulation",
+            }.get(fres.outcome, f"the formal step ended `{fres.outcome}` and simulation found no difference")
+            return self._pay_undecided(metrics, notes, why, opts)
+        # No simulation of the reference to compare with (a problem of the task): the formal outcome alone.
+        if fres.outcome == "proved":
+            metrics.update(
+                equivalence="proved", method="formal", output_bits_mismatched=0, outputs_mismatched=0
+            )
             return self.result(Status.PASSED, 1.0, metrics=metrics, diagnostics=notes)
         if fres.outcome == "cex":
             metrics.update(equivalence="refuted", method="formal")
@@ -571,11 +929,6 @@ class EquivalenceStage(Stage):
             d = Diagnostic(text, code="not-equivalent")
             return self.result(Status.FAILED, 0.0, metrics=metrics, diagnostics=[d, *notes], feedback=text)
         metrics.update(equivalence="unknown")
-        if gate_error:
-            msg = "the answer could not be compared with the reference: " + "; ".join(
-                d.message for d in notes if d.code in ("compile-failed", "formal-error")
-            )
-            return self.result(Status.FAILED, 0.0, metrics=metrics, diagnostics=notes, feedback=msg)
         msg = (
             "equivalence could not be checked (a problem of the task or the tools, not of the answer): "
             + "; ".join(d.message for d in notes)

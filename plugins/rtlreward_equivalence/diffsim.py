@@ -285,6 +285,26 @@ def compare(plan: SimPlan, stim: Stimulus, gold: Trace, gate: Trace) -> Comparis
     return Comparison({k: frozenset(v) for k, v in bad.items()}, first, compared, defined)
 
 
+def constant_share(plan: SimPlan, stim: Stimulus, gold: Trace) -> float:
+    """The output-bit credit the best constant stub earns on `stim`: the share of the reference's output bits that
+    were never both 0 and 1 in a compared cycle (a stub with each such bit tied to its one value never differs on
+    it). Partial credit is measured above this, so outputs tied to 0 or 1 earn nothing."""
+    if not plan.output_bits:
+        return 0.0
+    seen: list[set[str]] = [set() for _ in range(plan.output_bits)]
+    for c in range(stim.compare_from, min(len(stim), len(gold.samples))):
+        g = gold.samples[c]
+        if g is None:
+            continue
+        k = 0
+        for value in g:
+            for bit in value:
+                if bit in "01":
+                    seen[k].add(bit)
+                k += 1
+    return sum(1 for s in seen if len(s) < 2) / plan.output_bits
+
+
 def fmt_bits(bits: str | None) -> str:
     """A sampled value as a sized literal: hex when fully known and wider than 4 bits, else binary."""
     if bits is None:

@@ -19,11 +19,17 @@ Hostile input: the only names this module writes into the Yosys script are file 
 by the caller (`IDENT_RE`, `SAFE_PATH_RE`), so a file called `x; shell rm -rf /` never reaches a command line of
 the script; the candidate's text reaches Yosys only through `read_verilog`, and nothing in the script runs
 commands that text could name (`script -scriptwire`, `tee`, `!`, `write_*` on a path from the design).
+
+Nothing an answer names can meet the reference: each design is read, elaborated and flattened in a design of its
+own; after flattening it may hold no cell of a module type (an undefined module, a black box, a module kept
+unflattened), checked with `select -assert-none` before the top is copied out; and the names the copies, the
+miter and the wrapper get are fresh for every run (`Names.fresh`), so no answer can declare or instantiate them.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Iterable, Sequence
 
 import attrs
@@ -31,8 +37,28 @@ import attrs
 from .design import IDENT_RE, PortInfo, Reset
 
 SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+/-]*$")
-GOLD, GATE, MITER, TOP = "rtlreward_eq_gold", "rtlreward_eq_gate", "rtlreward_eq_miter", "rtlreward_eq_top"
 AIG, MAP = "eq.aig", "eq.aim"
+# What Yosys says when a side still holds a cell of a module type after flattening (our `select -assert-none`).
+HIERARCHY_LEFT = "Assertion failed: selection is not empty"
+
+
+@attrs.frozen
+class Names:
+    """The module names the proof adds to the design: the two copies, the miter and its wrapper. Fresh per run
+    (a random suffix), never written into feedback, so no answer can name them."""
+
+    gold: str
+    gate: str
+    miter: str
+    top: str
+
+    @classmethod
+    def fresh(cls) -> Names:
+        tag = secrets.token_hex(8)
+        return cls(f"g{tag}_ref", f"g{tag}_ans", f"g{tag}_miter", f"g{tag}_top")
+
+    def all(self) -> tuple[str, ...]:
+        return (self.gold, self.gate, self.miter, self.top)
 
 
 def check_ident(name: str) -> str:
@@ -48,27 +74,45 @@ def check_path(path: str) -> str:
 
 
 def _read_side(
-    stash: str, files: Sequence[str], incdirs: Iterable[str], top: str, nolatches: bool = False
+    stash: str,
+    files: Sequence[str],
+    incdirs: Iterable[str],
+    top: str,
+    nolatches: bool = False,
+    *,
+    preprocessed: bool = False,
+    drop_ports: Sequence[str] = (),
 ) -> list[str]:
+    """Read one design on its own and flatten it. `preprocessed`: the files are a preprocessor's output (the
+    answer's, `view.neutralise`d): read with `-nopp`, so no directive, macro or tool define acts again.
+    `drop_ports`: ports of the top that are not the reference's (the answer's extra ports): made internal, so an
+    extra input becomes a free value and an extra output is not compared."""
     incs = " ".join(f"-I {check_path(d)}" for d in incdirs)
     # -nolatches (the retry when Yosys 0.23 refuses a latch inferred from always_comb): the latch's hold condition
     # gives x instead, and x becomes a free value below, which keeps a proof sound.
-    flags = "-sv -nolatches" if nolatches else "-sv"
-    return [
+    flags = "-sv -noblackbox" + (" -nopp" if preprocessed else "") + (" -nolatches" if nolatches else "")
+    lines = [
         f"read_verilog {flags} {incs} {' '.join(check_path(f) for f in files)}".replace("  ", " "),
         f"hierarchy -check -top {check_ident(top)}",
         "proc",
         "flatten",
+        # Nothing but Yosys's own cells may be left: a cell of a module type is a module the design does not define
+        # in full (a black box, an empty module) or keeps apart, which the copy below would resolve by name.
+        "select -assert-none t:* t:$* %d",
         # Assertions and assumptions the design itself declares say nothing about the reference: drop them.
         "chformal -remove",
+    ]
+    lines += [f"delete -port {check_ident(top)}/{check_ident(p)}" for p in drop_ports]
+    lines += [
         "opt -fast",
         "memory",
         "opt -fast",
         f"design -stash {stash}",
     ]
+    return lines
 
 
-def wrapper(inputs: Sequence[PortInfo], reset: Reset | None, reset_cycles: int) -> str:
+def wrapper(inputs: Sequence[PortInfo], reset: Reset | None, reset_cycles: int, names: Names) -> str:
     """The top the proof runs on: holds the reset for the first frames, then compares every frame."""
     hold = reset_cycles if reset is not None else 0
     ports = ["input rtlreward_clk"]
@@ -83,13 +127,13 @@ def wrapper(inputs: Sequence[PortInfo], reset: Reset | None, reset_cycles: int) 
     conns.append(".trigger(rtlreward_diff)")
     return "\n".join(
         [
-            f"module {TOP}({', '.join(ports)}, output trigger);",
+            f"module {names.top}({', '.join(ports)}, output trigger);",
             "  reg [7:0] rtlreward_frame = 8'd0;",
             f"  always @(posedge rtlreward_clk) if (rtlreward_frame != 8'd{hold}) "
             "rtlreward_frame <= rtlreward_frame + 8'd1;",
             f"  wire rtlreward_started = rtlreward_frame == 8'd{hold};",
             "  wire rtlreward_diff;",
-            f"  {MITER} m ({', '.join(conns)});",
+            f"  {names.miter} m ({', '.join(conns)});",
             "  assign trigger = rtlreward_started & rtlreward_diff;",
             "endmodule",
             "",
@@ -102,22 +146,34 @@ def miter_script(
     gate: Sequence[str],
     top: str,
     wrapper_file: str,
+    names: Names,
     *,
     gold_incdirs: Iterable[str] = (),
     gate_incdirs: Iterable[str] = (),
     nolatches: bool = False,
+    preprocessed: bool = False,
+    gold_preprocessed: bool | None = None,
+    drop_ports: Sequence[str] = (),
+    marks: tuple[str, str] | None = None,
 ) -> str:
     """The Yosys script: read each design on its own (so their module names never meet), copy just the top of
-    each into one design under fixed names, build the miter, wrap it, write the AIGER file."""
+    each into one design under fresh names, build the miter, wrap it, write the AIGER file. `marks`: two
+    identifiers logged to stderr once the reference's and then the answer's side were read, so a caller can
+    tell whose read failed."""
+    gold_pp = preprocessed if gold_preprocessed is None else gold_preprocessed
     lines = [
-        *_read_side("gold", gold, gold_incdirs, top, nolatches),
-        *_read_side("gate", gate, gate_incdirs, top, nolatches),
-        f"design -copy-from gold -as {GOLD} {check_ident(top)}",
-        f"design -copy-from gate -as {GATE} {check_ident(top)}",
+        *_read_side("gold", gold, gold_incdirs, top, nolatches, preprocessed=gold_pp),
+        *([f"log -stderr {check_ident(marks[0])}"] if marks else []),
+        *_read_side(
+            "gate", gate, gate_incdirs, top, nolatches, preprocessed=preprocessed, drop_ports=drop_ports
+        ),
+        *([f"log -stderr {check_ident(marks[1])}"] if marks else []),
+        f"design -copy-from gold -as {names.gold} {check_ident(top)}",
+        f"design -copy-from gate -as {names.gate} {check_ident(top)}",
         "async2sync",
-        f"miter -equiv -flatten -make_outputs {GOLD} {GATE} {MITER}",
+        f"miter -equiv -flatten -make_outputs {names.gold} {names.gate} {names.miter}",
         f"read_verilog -sv {check_path(wrapper_file)}",
-        f"hierarchy -check -top {TOP}",
+        f"hierarchy -check -top {names.top}",
         "proc",
         "flatten",
         "opt_clean",
@@ -144,6 +200,7 @@ def sat_script(
     top: str,
     reset: Reset | None,
     reset_cycles: int,
+    names: Names,
     *,
     maxsteps: int,
     timeout: float,
@@ -151,6 +208,9 @@ def sat_script(
     gate_incdirs: Iterable[str] = (),
     nolatches: bool = False,
     marker: str = "",
+    preprocessed: bool = False,
+    gold_preprocessed: bool | None = None,
+    drop_ports: Sequence[str] = (),
 ) -> str:
     """A proof with x modelled (Yosys `sat -enable_undef`, `miter -ignore_gold_x`): an x in the reference is a
     don't-care, as in the simulation. Used when PDR's counterexample rests on such an x. `-verify` makes a proof
@@ -167,14 +227,23 @@ def sat_script(
         sat.append(f"-seq {hold}")
         sat += [f"-set-at {k} in_{check_ident(reset.name)} {reset.active}" for k in range(1, hold + 1)]  # type: ignore[union-attr]
     lines = [
-        *_read_side("gold", gold, gold_incdirs, top, nolatches),
-        *_read_side("gate", gate, gate_incdirs, top, nolatches),
-        f"design -copy-from gold -as {GOLD} {check_ident(top)}",
-        f"design -copy-from gate -as {GATE} {check_ident(top)}",
+        *_read_side(
+            "gold",
+            gold,
+            gold_incdirs,
+            top,
+            nolatches,
+            preprocessed=preprocessed if gold_preprocessed is None else gold_preprocessed,
+        ),
+        *_read_side(
+            "gate", gate, gate_incdirs, top, nolatches, preprocessed=preprocessed, drop_ports=drop_ports
+        ),
+        f"design -copy-from gold -as {names.gold} {check_ident(top)}",
+        f"design -copy-from gate -as {names.gate} {check_ident(top)}",
         "async2sync",
-        f"miter -equiv -flatten -make_outputs -ignore_gold_x {GOLD} {GATE} {MITER}",
-        f"hierarchy -top {MITER}",
-        " ".join([*sat, MITER]),
+        f"miter -equiv -flatten -make_outputs -ignore_gold_x {names.gold} {names.gate} {names.miter}",
+        f"hierarchy -top {names.miter}",
+        " ".join([*sat, names.miter]),
     ]
     if marker:
         lines.append(f"log -stderr {check_ident(marker)}")
@@ -243,11 +312,20 @@ LATCH_ERROR = "Latch inferred"  # Yosys 0.23: an always_comb that infers a latch
 _ERROR_RE = re.compile(r"^(.*?)ERROR: (.*)$", re.M)
 
 
-def yosys_error(output: str) -> str:
-    """Yosys's error message (its last `ERROR:` line, with the file:line in front of it), shortened."""
+def yosys_error(output: str, names: Names | None = None) -> str:
+    """Yosys's error message (its last `ERROR:` line, with the file:line in front of it), shortened, with every
+    name the proof added replaced (they are never shown: an answer that knew them could instantiate them)."""
     found = _ERROR_RE.findall(output)
     if not found:
         return ""
     where, msg = found[-1]
     where = where.strip().rstrip(":")
-    return (f"{where}: {msg.strip()}" if where else msg.strip())[:300]
+    text = f"{where}: {msg.strip()}" if where else msg.strip()
+    if HIERARCHY_LEFT in text:
+        text = (
+            "after flattening, the design still instantiates a module it does not define in full (an undefined "
+            "or empty module, a black box, or one kept unflattened)"
+        )
+    for name in names.all() if names else ():
+        text = text.replace(name, "<internal>")
+    return re.sub(r"\bg[0-9a-f]{16}_\w+", "<internal>", text)[:300]

@@ -1,0 +1,283 @@
+"""Forges of the equivalence reward, as a policy searching for reward would write them (issue 15). Each forge is
+built on a plain design (a stub, or a wrong design) and hides it from one tool; each must earn no more than the
+plain design it hides, from the stage and from the `equiv`, `trusted` and `shaped` profiles, under the local
+and the docker executor. No name the proof adds may appear in any feedback.
+
+- guessable internal names: an empty or black-box module named like the proof's copies, instantiated;
+- two views: a tool's macro (`ifdef YOSYS`...), `translate_off` pragmas, attributes, an incomplete sensitivity
+  list (Yosys reads it as combinational, Icarus does not);
+- undecided on purpose: an extra unused port, a function Yosys 0.23 cannot read, a clock used as data;
+- cost: an answer that instantiates itself.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rtlreward.engine import Engine
+from rtlreward.model import Candidate, Status, Task
+from rtlreward.plugins import get_registry
+from rtlreward.sandbox.local import LocalExecutor
+from rtlreward.stage import StageContext
+from rtlreward_equivalence import DEFAULTS
+
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("yosys") and shutil.which("yosys-abc") and shutil.which("iverilog")),
+    reason="needs Yosys (apt-get install yosys) and Icarus Verilog",
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+INTERNAL = re.compile(r"\bg[0-9a-f]{16}_\w+")
+
+PORTS = "input clk, input rst_n, input en, input load, input [7:0] d, output [7:0] q, output wrap"
+CORRECT_BODY = """  reg [7:0] r;
+  always @(posedge clk or negedge rst_n)
+    if (!rst_n) r <= 8'd0;
+    else if (load) r <= d;
+    else if (en) r <= r + 8'd1;
+  assign q = r;
+  assign wrap = en && !load && (r == 8'hFF);
+"""
+STUB_BODY = """  assign q = 8'd0;
+  assign wrap = 1'b0;
+"""
+# wrap ignores en and load: one output bit of nine is ever wrong, so it earns partial credit
+WRONG_BODY = CORRECT_BODY.replace("assign wrap = en && !load && (r == 8'hFF);", "assign wrap = (r == 8'hFF);")
+
+
+def module(body: str, ports: str = PORTS, before: str = "") -> str:
+    return f"{before}module counter({ports});\n{body}endmodule\n"
+
+
+STUB = module(STUB_BODY)
+UNDRIVEN = module("")
+WRONG = module(WRONG_BODY)
+CORRECT = module(CORRECT_BODY)
+
+EMPTY_NAMED = (
+    "module {name}(input clk, rst_n, en, load, input [7:0] d, output [7:0] q, output wrap);\nendmodule\n"
+)
+INSTANCE = "  {name} u(.clk(clk), .rst_n(rst_n), .en(en), .load(load), .d(d), .q(q), .wrap(wrap));\n"
+
+
+def named_forge(name: str, attr: str = "") -> str:
+    return attr + EMPTY_NAMED.format(name=name) + module(INSTANCE.format(name=name))
+
+
+def views_forge(macro: str, negate: bool = False) -> str:
+    """The correct design where `macro` is defined (or, `negate`, where it is not: every tool but Icarus), the stub
+    in the branch the simulator compiles."""
+    kw = "ifndef" if negate else "ifdef"
+    return module(f"`{kw} {macro}\n{CORRECT_BODY}`else\n{STUB_BODY}`endif\n")
+
+
+TRANSLATE_OFF = module(
+    CORRECT_BODY.replace(
+        "assign q = r;", "assign q = r\n// synopsys translate_off\n  & 8'd0\n// synopsys translate_on\n  ;"
+    ).replace(
+        "(r == 8'hFF);", "(r == 8'hFF)\n  /* synthesis translate_off */ && 1'b0 /* synthesis translate_on */;"
+    )
+)
+UNREADABLE_FN = "  function automatic [7:0] unused_fn(input [7:0] x);\n    return x + 8'd1;\n  endfunction\n"
+EXTRA_PORT = module(WRONG_BODY + "  assign dbg = 1'b1;\n", ports=PORTS + ", output dbg")
+EXTRA_INPUT = module(WRONG_BODY, ports=PORTS + ", input spare")
+
+# (name, forge, the plain design it hides)
+FORGES = [
+    ("old fixed name, empty module", named_forge("rtlreward_eq_gold"), UNDRIVEN),
+    ("old fixed name, black box", named_forge("rtlreward_eq_gate", "(* blackbox *)\n"), UNDRIVEN),
+    ("any name, black box", named_forge("helper", "(* blackbox *) "), UNDRIVEN),
+    ("keep_hierarchy empty module", named_forge("keep", "(* keep_hierarchy *) "), UNDRIVEN),
+    ("ifdef YOSYS", views_forge("YOSYS"), STUB),
+    ("ifdef SYNTHESIS", views_forge("SYNTHESIS"), STUB),
+    ("ifdef FORMAL", views_forge("FORMAL"), STUB),
+    ("ifndef __ICARUS__", views_forge("__ICARUS__", negate=True), STUB),
+    ("ifdef VERILATOR", views_forge("VERILATOR"), STUB),
+    ("translate_off", TRANSLATE_OFF, STUB),
+    ("extra unused output", EXTRA_PORT, WRONG),
+    ("extra unused input", EXTRA_INPUT, WRONG),
+    ("unreadable unused function", module(WRONG_BODY + UNREADABLE_FN), WRONG),
+    ("unreadable function, stub", module(STUB_BODY + UNREADABLE_FN), STUB),
+    ("clock used as data", module(WRONG_BODY.replace("r <= r + 8'd1", "r <= r + {7'd0, clk | 1'b1}")), WRONG),
+]
+
+CMP_REF = "module cmp(input [3:0] a, input [3:0] b, output z);\n  assign z = (a == b);\nendmodule\n"
+CMP_SENS = "module cmp(input [3:0] a, input [3:0] b, output reg z);\n  always @(a) z = (a == b);\nendmodule\n"
+SELF_INST = module(
+    "  counter u(.clk(clk), .rst_n(rst_n), .en(en), .load(load), .d(d), .q(q), .wrap(wrap));\n"
+)
+
+
+@pytest.fixture(scope="module")
+def stage():
+    return get_registry().stages()["equivalence"]
+
+
+@pytest.fixture(scope="module")
+def counter_task() -> Task:
+    return next(t for t in get_registry().datasets()["folder"].load(str(EXAMPLES)) if t.id == "counter")
+
+
+def run_stage(stage, executor, tmp_path: Path, task: Task, text: str):
+    files = {task.expected_files[0]: text}
+    ctx = StageContext(
+        task=task,
+        candidate=Candidate(files=files),
+        workspace=tmp_path,
+        executor=executor,
+        files=dict(files),
+        options={},
+        seed=7,
+        timeout=30,
+    )
+    return stage.run(ctx)
+
+
+def shown(result) -> str:
+    return "\n".join([result.feedback or "", *(d.message for d in result.diagnostics)])
+
+
+def executors():
+    yield pytest.param("local", id="local")
+    yield pytest.param("docker", id="docker", marks=pytest.mark.docker)
+
+
+def make_executor(kind: str):
+    if kind == "local":
+        return LocalExecutor()
+    pytest.importorskip("docker")
+    from rtlreward.sandbox.docker import DockerExecutor, DockerUnavailable
+
+    try:
+        return DockerExecutor(slots=1)
+    except DockerUnavailable as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="module", params=list(executors()))
+def executor(request):
+    ex = make_executor(request.param)
+    yield ex
+    close = getattr(ex, "close", None)
+    if callable(close):
+        close()
+
+
+def test_the_plain_designs_score_as_expected(stage, executor, counter_task, tmp_path):
+    """The yardsticks: the correct design is proved (under every executor: the formal step runs there), the stub
+    and the wrong design are refuted, and a constant stub earns nothing above the constant baseline."""
+    good = run_stage(stage, executor, tmp_path / "c", counter_task, CORRECT)
+    assert good.status is Status.PASSED and good.metrics["equivalence"] == "proved", shown(good)
+    assert good.metrics["formal"] == "proved" and good.metrics["sim_agrees"] is True
+    stub = run_stage(stage, executor, tmp_path / "s", counter_task, STUB)
+    assert stub.status is Status.FAILED and stub.score == 0.0, shown(stub)
+    wrong = run_stage(stage, executor, tmp_path / "w", counter_task, WRONG)
+    assert wrong.status is Status.FAILED and wrong.metrics["equivalence"] == "refuted"
+    assert 0 < wrong.score <= DEFAULTS["refuted_max"]
+
+
+@pytest.mark.parametrize(("name", "forge", "plain"), FORGES, ids=[f[0] for f in FORGES])
+def test_a_forge_earns_no_more_than_the_design_it_hides(
+    stage, executor, counter_task, tmp_path, name, forge, plain
+):
+    got = run_stage(stage, executor, tmp_path / "forge", counter_task, forge)
+    base = run_stage(stage, executor, tmp_path / "plain", counter_task, plain)
+    assert got.status is not Status.PASSED, (name, got.metrics, shown(got))
+    assert got.score <= base.score + 1e-9, (name, got.score, base.score, got.metrics, shown(got))
+    assert got.score < 1.0
+    for r in (got, base):
+        assert not INTERNAL.search(shown(r)), shown(r)  # no name the proof added is ever shown
+
+
+def test_an_incomplete_sensitivity_list_is_judged_as_the_simulator_runs_it(stage, executor, tmp_path):
+    """Yosys reads `always @(a) z = (a == b);` as combinational and proves it; Icarus (and the benchmark's
+    testbench) update z only when a changes. The proof is trusted only when the simulation of the same text agrees."""
+    task = Task(
+        id="cmp", prompt="", reference={"rtl/cmp.v": CMP_REF}, expected_files=("rtl/cmp.v",), toplevel="cmp"
+    )
+    r = run_stage(stage, executor, tmp_path, task, CMP_SENS)
+    assert r.status is Status.FAILED and r.metrics["equivalence"] == "refuted", (r.metrics, shown(r))
+    assert r.score < DEFAULTS["undecided"] or r.score <= DEFAULTS["refuted_max"]
+    assert "proof-simulation-mismatch" in {d.code for d in r.diagnostics} or r.metrics["formal"] != "proved"
+
+
+def test_an_answer_that_instantiates_itself_is_cut_early(stage, counter_task, tmp_path):
+    """Recursion: Yosys would climb to gigabytes and the stage's whole limit; it is cut by the formal step's own
+    budget (`yosys_seconds`, `yosys_memory_mb`), and the answer earns nothing."""
+    r = run_stage(stage, LocalExecutor(), tmp_path, counter_task, SELF_INST)
+    assert r.status is Status.FAILED and r.score == 0.0, (r.metrics, shown(r))
+    assert r.metrics.get("formal_seconds", 0) <= DEFAULTS["yosys_seconds"] + 5
+
+
+def test_an_undecided_answer_is_paid_the_undecided_share_only_where_the_reference_proves(
+    stage, counter_task, tmp_path
+):
+    """The correct design behind an unused function Yosys 0.23 cannot read: nothing refutes it, nothing proves
+    it. The reference proves against itself, so it is suspect: `undecided` share, not passed."""
+    text = module(CORRECT_BODY + UNREADABLE_FN)
+    r = run_stage(stage, LocalExecutor(), tmp_path / "a", counter_task, text)
+    if r.metrics["formal"] == "proved":
+        pytest.skip("this Yosys reads `return` in functions")
+    assert r.status is Status.FAILED and r.score == DEFAULTS["undecided"], shown(r)
+    assert r.metrics["reference_proves"] is True and "undecided" in {d.code for d in r.diagnostics}
+
+
+@pytest.mark.docker
+def test_every_executor_decides_the_same(stage, counter_task, tmp_path):
+    """The formal step runs and decides the same under local and docker: verdict, status and credit per case."""
+    cases = {
+        "correct": CORRECT,
+        "stub": STUB,
+        "wrong": WRONG,
+        "translate_off": TRANSLATE_OFF,
+        "extra": EXTRA_PORT,
+    }
+    got: dict[str, dict[str, tuple]] = {}
+    for kind in ("local", "docker"):
+        ex = make_executor(kind)
+        try:
+            got[kind] = {}
+            for name, text in cases.items():
+                r = run_stage(stage, ex, tmp_path / kind / name, counter_task, text)
+                got[kind][name] = (
+                    r.status,
+                    r.metrics["equivalence"],
+                    r.metrics.get("formal"),
+                    round(r.score, 6),
+                )
+        finally:
+            if hasattr(ex, "close"):
+                ex.close()
+    assert got["local"] == got["docker"]
+    assert got["docker"]["correct"][:3] == (Status.PASSED, "proved", "proved")
+
+
+PROFILE_FORGES = [
+    f for f in FORGES if f[0] in ("old fixed name, empty module", "ifdef YOSYS", "translate_off")
+]
+PROFILE_FORGES.append(("extra unused output", EXTRA_PORT, WRONG))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("profile", ["equiv", "trusted", "shaped"])
+def test_no_profile_pays_a_forge_more_than_the_design_it_hides(profile, counter_task):
+    """The whole reward, not only the stage: under `equiv`, `trusted` (the harness gated on equivalence) and
+    `shaped` (the harness alone), every forge earns at most what the plain design it hides earns, and passes only
+    where that design passes."""
+    items = []
+    for i, (_, forge, plain) in enumerate(PROFILE_FORGES):
+        for j, text in enumerate((forge, plain)):
+            items.append((counter_task, Candidate(text=f"```verilog\n{text}```\n", sample=2 * i + j)))
+    with Engine(profile, cache=False, jobs=2) as engine:
+        rewards = engine.score_batch(items)
+    for i, (name, _, _) in enumerate(PROFILE_FORGES):
+        forge, plain = rewards[2 * i], rewards[2 * i + 1]
+        # (the counter's own harness is weak: it passes the wrong `wrap`, so under `shaped` that design passes)
+        assert plain.passed or not forge.passed, (profile, name, forge.feedback())
+        assert forge.total <= plain.total + 1e-9, (profile, name, forge.total, plain.total)
+        assert not INTERNAL.search(forge.feedback() + plain.feedback())
