@@ -118,9 +118,12 @@ def test_wrong_module_name_scores_zero_and_names_what_was_found(tmp_path):
 
 
 def test_syntax_error_reported_and_not_passed(tmp_path):
+    """A design that does not parse earns no interface credit (a stub with the right header and a broken body
+    must not earn what a working design does); the error is reported, not hidden."""
     broken = REF.replace("endmodule", "  assign x = ;\nendmodule")
     r = iface(tmp_path, broken)
-    assert r.status is Status.FAILED and r.score == 1.0  # ports recovered; the error is reported, not hidden
+    assert r.status is Status.FAILED and r.score == 0.0
+    assert r.metrics["ports_matched"] == r.metrics["ports_expected"]  # the ports themselves were recovered
     assert r.metrics["parse_errors"] >= 1 and any(d.code == "interface.syntax" for d in r.diagnostics)
 
 

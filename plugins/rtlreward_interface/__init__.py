@@ -218,6 +218,10 @@ class InterfaceStage(Stage):
                     )
                 )
         metrics["parse_errors"] = len(errors)
+        if errors:
+            # A design that does not parse earns no interface credit: its ports come from a recovered parse, and a
+            # stub with the right header and a broken body must not earn what a working design does.
+            score = 0.0
         for e in errors[:5]:
             diags.append(
                 Diagnostic(
