@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import textwrap
 from pathlib import Path
 
@@ -695,7 +696,7 @@ def test_the_engine_scores_each_candidate_in_a_warm_slot_and_releases_it(tmp_pat
             containers.append({s.container for s in slots})
             stats.append(ex.stats())
     assert all(r.total == pytest.approx(1.4) for r in rewards), [r.total for r in rewards]
-    for before, after in zip(stats[2:], stats[3:], strict=False):  # the steady state: candidates 4 and 5
+    for before, after in itertools.pairwise(stats[2:]):  # the steady state: candidates 4 and 5
         assert after.get("warm_exec", 0) - before.get("warm_exec", 0) >= 2, stats
         assert after.get("cold", 0) == before.get("cold", 0), stats
         assert after.get("started") == before.get("started"), stats
