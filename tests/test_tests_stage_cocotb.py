@@ -52,8 +52,11 @@ def test_partial_credit_from_the_xml(reversed_result):
     r = reversed_result
     assert r.status is Status.FAILED
     assert (r.metrics["tests_passed"], r.metrics["tests_total"]) == (4, 7)
-    assert r.score == pytest.approx(4 / 7)
-    names = sorted(d.message.split(":")[0] for d in r.diagnostics)
+    # 4 of 7 tests, paid above what a design that does nothing passes of the same tests (rtlreward_tests)
+    raw, base = r.metrics["tests_score_raw"], r.metrics["tests_stub_score"]
+    assert raw == pytest.approx(4 / 7) and 0 < base < raw
+    assert r.score == pytest.approx((raw - base) / (1 - base), abs=1e-6)
+    names = sorted(d.message.split(":")[0] for d in r.diagnostics if d.code != "stub-baseline")
     assert names == ["test_all_requests", "test_priority_pairs", "test_random_requests"]
 
 
