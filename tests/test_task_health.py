@@ -156,6 +156,12 @@ def test_a_harness_that_misses_a_bug_is_found(tmp_path):
     assert entry["surviving_mutants"], entry
     assert "rtl/counter.sv:" in entry["surviving_mutants"][0]["mutant"]
     assert entry["harness_strength"] is not None and entry["harness_strength"] < 1.0
+    # A do-nothing design passes this harness: the report says so; under `equiv` a stub earns format only.
+    assert any(c.startswith("shaped: the zeros stub passes tests") for c in entry["stub_credit"]), entry
+    assert entry["stub_rewards"]["shaped"]["zeros"] == pytest.approx(1.6)
+    if "equiv" in entry["stub_rewards"]:
+        assert max(entry["stub_rewards"]["equiv"].values()) == pytest.approx(0.1)
+        assert entry["formal"] == "proves"  # the reference proves against a renamed copy of itself
 
 
 def test_load_report_refuses_a_file_that_is_not_a_report(tmp_path):

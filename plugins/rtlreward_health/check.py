@@ -8,7 +8,13 @@ For each task with a reference and a harness:
    refutes are real bugs, and each is run through the harness: a harness that passes one is `weak`, and the report
    names that mutant (the change, and the equivalence counterexample when there is one);
 3. the reference's time in each stage gives a calibrated limit, max(floor, k x its median run), so a hung candidate
-   is cut in seconds.
+   is cut in seconds;
+4. the reference against a renamed copy of itself through the `equivalence` stage: `proves` (an answer the proof
+   leaves undecided is suspect there and earns the stage's `undecided` share) or `simulation-only` (the proof
+   does not close in budget: simulation decides, with a longer stimulus);
+5. do-nothing stubs with the task's interface (outputs tied to 0, to 1, undriven; `rtlreward_hdl.stubs`) scored
+   under `shaped` and, with a reference, `equiv`: a stub that earns credit from `tests` or `equivalence` (more than
+   format, syntax and interface) is reported (`stub_credit`), since a policy learns a stub first.
 
 Every verdict is stored with the tool versions it was measured under; the whole report is cached by task content,
 toolchain and settings, so a second `tasks check` of the same dataset costs nothing.
@@ -41,7 +47,9 @@ EQUIV_PROFILE = {
     "verdict": "equivalence",
     "weights": {"equivalence": 1.0},
 }
-VERSION = 2  # bump when the meaning of an entry (or the mutants) changes: old cached entries are then ignored
+STUB_PROFILES = ("shaped", "equiv")
+CORRECTNESS_STAGES = ("tests", "equivalence")  # the stages a stub must earn nothing from
+VERSION = 3  # bump when the meaning of an entry (or the mutants) changes: old cached entries are then ignored
 
 
 @attrs.frozen
@@ -52,6 +60,7 @@ class CheckSettings:
     factor: float = 5.0  # x the slowest reference run
     executor: str = "local"
     jobs: int | None = None
+    stubs: bool = True  # score do-nothing stubs under STUB_PROFILES
 
 
 def _seeded(reference: Mapping[str, str], k: int) -> dict[str, str]:
@@ -221,10 +230,22 @@ def check_tasks(
             [mut_items[i] for i in real], _progress(progress, "mutant runs")
         )
         by_index = dict(zip(real, harness_rewards, strict=True))
+        # 4. The reference against itself through the equivalence stage.
+        selves: dict[str, Reward] = {}
+        if equiv is not None and passing:
+            self_items = [(t, Candidate(files=dict(t.reference or {}), sample=0)) for t in passing]
+            for (t, _), r in zip(self_items, equiv.score_batch(self_items), strict=True):
+                selves[t.id] = r
+        # 5. Stubs under the profiles a trainer uses.
+        stubs = _stub_rewards(passing, settings, registry, have_equiv) if settings.stubs else {}
         for t in todo:
             entries[t.id] = _entry(
                 t, runs[t.id], muts.get(t.id, []), mut_items, verdicts, by_index, settings, have_equiv
             )
+            if t.id in selves:
+                entries[t.id].update(_self_entry(selves[t.id]))
+            if t.id in stubs:
+                entries[t.id].update(stubs[t.id])
             entries[t.id]["tools"] = tools
             cache.put(keys[t.id], entries[t.id])
     finally:
@@ -233,6 +254,56 @@ def check_tasks(
         if equiv is not None:
             equiv.close()
     return tools, [entries[t.id] for t in tasks]
+
+
+def _self_entry(reward: Reward) -> dict[str, Any]:
+    """`formal`: `proves` when the reference is proved against itself, `simulation-only` when the proof does not
+    close in budget (or Yosys cannot read it), `error` when the stage could not run."""
+    r = reward.stages.get("equivalence")
+    if r is None:
+        return {}
+    verdict = _equivalence(reward)
+    if r.status.value == "error":
+        formal = "error"
+    elif verdict == "proved" and r.metrics.get("formal") == "proved":
+        formal = "proves"
+    else:
+        formal = "simulation-only"
+    return {"formal": formal, "reference_equivalence": verdict}
+
+
+def _stub_rewards(
+    tasks: list[Task], settings: CheckSettings, registry: Any, have_equiv: bool
+) -> dict[str, dict[str, Any]]:
+    """Per task: each stub's total under each of STUB_PROFILES, and where a stub earned correctness credit."""
+    from rtlreward.engine import Engine
+    from rtlreward_hdl.stubs import stub_designs
+
+    out: dict[str, dict[str, Any]] = {}
+    designs = {t.id: stub_designs(t) for t in tasks}
+    items = [
+        (t, Candidate(files=files, sample=k)) for t in tasks for k, files in enumerate(designs[t.id].values())
+    ]
+    if not items:
+        return out
+    for profile in STUB_PROFILES:
+        if profile == "equiv" and not have_equiv:
+            continue
+        with Engine(
+            profile, executor=settings.executor, jobs=settings.jobs, registry=registry, cache=False
+        ) as eng:
+            mine = [(t, c) for t, c in items if profile != "equiv" or t.reference]
+            rewards = eng.score_batch(mine)
+        for (t, c), r in zip(mine, rewards, strict=True):
+            kind = list(designs[t.id])[c.sample]
+            entry = out.setdefault(t.id, {"stub_rewards": {}, "stub_credit": []})
+            entry["stub_rewards"].setdefault(profile, {})[kind] = round(r.total, 4)
+            for name in CORRECTNESS_STAGES:
+                st = r.stages.get(name)
+                if st is not None and st.status.value in ("passed", "failed") and st.score > 0:
+                    what = "passes" if st.status.value == "passed" else f"earns {st.score:.2f} of"
+                    entry["stub_credit"].append(f"{profile}: the {kind} stub {what} {name}")
+    return out
 
 
 def _progress(progress: Callable[[str, int, int], Any] | None, what: str) -> Callable[[int, int], Any] | None:

@@ -45,6 +45,12 @@ def add_commands(app: typer.Typer) -> None:
         no_cache: Annotated[
             bool, typer.Option("--no-cache", help="Measure again even if a report is cached.")
         ] = False,
+        stubs: Annotated[
+            bool,
+            typer.Option(
+                "--stubs/--no-stubs", help="Score do-nothing stubs under shaped and equiv (a harness run each)."
+            ),
+        ] = True,
     ) -> None:
         """Check that each task's reference passes its harness here and that the harness fails real bugs."""
         from rich.markup import escape
@@ -73,6 +79,7 @@ def add_commands(app: typer.Typer) -> None:
             factor=factor,
             executor=executor,
             jobs=jobs,
+            stubs=stubs,
         )
         err = console(stderr=True)
         with Progress(
@@ -115,6 +122,8 @@ def add_commands(app: typer.Typer) -> None:
             "time (s)",
             "limit (s)",
             "harness",
+            "formal",
+            "stubs (shaped)",
             "cause / surviving mutant",
             title=f"task health: {dataset}",
         )
@@ -130,6 +139,8 @@ def add_commands(app: typer.Typer) -> None:
                 "" if e.get("reference_seconds") is None else f"{e['reference_seconds']:.2f}",
                 _limit(e.get("time_limits") or {}),
                 strength,
+                e.get("formal", ""),
+                _stubs(e),
                 escape(e.get("cause", "")),
             )
         out_console = console()
@@ -141,6 +152,15 @@ def add_commands(app: typer.Typer) -> None:
         out_console.print(
             "toolchain: " + ", ".join(f"{k}={v}" for k, v in sorted(tools.items())), markup=False
         )
+
+
+def _stubs(entry: dict) -> str:
+    """The best stub's `shaped` total, and a warning when a stub earns correctness credit."""
+    totals = (entry.get("stub_rewards") or {}).get("shaped") or {}
+    if not totals:
+        return ""
+    text = f"{max(totals.values()):.2f}"
+    return text + (" [red]credit![/]" if entry.get("stub_credit") else "")
 
 
 def _limit(limits: dict) -> str:
