@@ -212,7 +212,7 @@ REV_UNROLLED = """module rev (input [7:0] a, input [7:0] b, output [7:0] y, outp
   assign p = a[0]^a[1]^a[2]^a[3]^a[4]^a[5]^a[6]^a[7];
 endmodule
 """
-# Yosys 0.23 cannot parse `return` in a function; Icarus can.
+# Yosys 0.23 cannot parse `return` in a function; Icarus and Yosys 0.70 (pyosys) can.
 REV_RETURN = """module rev (input [7:0] a, input [7:0] b, output [7:0] y, output p);
   function automatic [7:0] f(input [7:0] x, input [7:0] z);
     integer k; reg [7:0] r;
@@ -220,6 +220,16 @@ REV_RETURN = """module rev (input [7:0] a, input [7:0] b, output [7:0] y, output
     return r;
   endfunction
   assign y = f(a, b);
+  assign p = ^a;
+endmodule
+"""
+# No Yosys here reads `foreach` (0.23 nor 0.70); Icarus 11 does.
+REV_FOREACH = """module rev (input [7:0] a, input [7:0] b, output reg [7:0] y, output p);
+  logic [7:0] t;
+  always @* begin
+    t = a;
+    foreach (t[k]) y[k] = t[7-k] ^ b[k];
+  end
   assign p = ^a;
 endmodule
 """
@@ -265,12 +275,10 @@ def test_x_in_the_reference_is_a_dont_care_and_x_in_the_answer_is_not(stage, exe
 
 # -- the simulation fallback -----------------------------------------------------------------------------------
 def test_a_design_yosys_cannot_read_is_undecided_where_the_reference_proves(stage, executor, tmp_path):
-    """An answer the formal step cannot read (Yosys 0.23 rejects `return` in a function) is compared by
-    simulation; since the reference proves against itself in budget, an undecided answer is suspect: it earns the
-    profile's `undecided` share and does not pass (an answer could break the proof on purpose)."""
-    r = check(stage, executor, tmp_path / "ok", comb_task(REV_GENERATE, "rev"), {"rtl/top.sv": REV_RETURN})
-    if r.metrics["formal"] == "proved":
-        pytest.skip("this Yosys reads `return` in functions")
+    """An answer the formal step cannot read (Yosys rejects `foreach`) is compared by simulation; since the
+    reference proves against itself in budget, an undecided answer is suspect: it earns the profile's `undecided`
+    share and does not pass (an answer could break the proof on purpose)."""
+    r = check(stage, executor, tmp_path / "ok", comb_task(REV_GENERATE, "rev"), {"rtl/top.sv": REV_FOREACH})
     assert r.status is Status.FAILED and r.score == DEFAULTS["undecided"], r.feedback
     assert r.metrics["formal"] == "error" and r.metrics["method"] == "simulation"
     assert r.metrics["equivalence"] == "unknown" and r.metrics["reference_proves"] is True
@@ -278,12 +286,37 @@ def test_a_design_yosys_cannot_read_is_undecided_where_the_reference_proves(stag
     assert {"formal-error", "undecided"} <= codes
     assert r.metrics["sim_cycles"] > 0 and r.metrics["sim_compared_cycles"] > 0
 
-    wrong = REV_RETURN.replace("r[k] = x[7-k] ^ z[k];", "r[k] = x[k] ^ z[k];")
+    wrong = REV_FOREACH.replace("y[k] = t[7-k] ^ b[k];", "y[k] = t[k] ^ b[k];")
     bad = check(stage, executor, tmp_path / "bad", comb_task(REV_GENERATE, "rev"), {"rtl/top.sv": wrong})
     assert bad.status is Status.FAILED and bad.metrics["equivalence"] == "refuted"
     assert bad.metrics["method"] == "simulation"
     assert "seeded random simulation" in bad.feedback
     assert 0 < bad.score < DEFAULTS["undecided"]  # p never differs; refuted pays less than undecided
+
+
+# A multi-dimensional packed array and a cast to a user type: Debian bookworm's Yosys 0.23 cannot read them,
+# the pinned Yosys 0.70 (pyosys) and Icarus 11 can.
+REV_PACKED = """typedef logic [7:0] byte_t;
+module rev (input [7:0] a, input [7:0] b, output [7:0] y, output p);
+  logic [1:0][7:0] both;
+  assign both = {a, b};
+  assign y = byte_t'({both[1][0], both[1][1], both[1][2], both[1][3], both[1][4], both[1][5], both[1][6],
+                      both[1][7]} ^ both[0]);
+  assign p = ^a;
+endmodule
+"""
+
+
+def test_valid_systemverilog_is_not_failed_for_the_tools_age(stage, executor, tmp_path):
+    """The answer is read by the pinned Yosys 0.70 (pyosys) on every executor, not by whatever the machine ships:
+    constructs Debian bookworm's Yosys 0.23 rejects are proved like any other."""
+    from rtlreward_equivalence import _pyosys_version
+
+    if not _pyosys_version():
+        pytest.skip("pyosys is not installed: the Yosys on PATH reads the answers")
+    r = check(stage, executor, tmp_path, comb_task(REV_GENERATE, "rev"), {"rtl/top.sv": REV_PACKED})
+    assert r.status is Status.PASSED and r.metrics["equivalence"] == "proved", r.feedback
+    assert stage.tool_versions()["yosys"] == f"pyosys {_pyosys_version()}"
 
 
 def test_a_hung_candidate_is_cut_and_refuted(stage, executor, tmp_path, examples):

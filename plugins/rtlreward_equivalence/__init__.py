@@ -68,7 +68,10 @@ DEFAULTS: dict[str, Any] = {
     "reset_cycles": 1,
     "reset_probability": 0.02,  # reset asserted in mid-run, per cycle, after the first seed
     "sim_timeout": 20.0,  # seconds per simulation of the reference; the candidate's is calibrated from it
-    "yosys": "yosys",  # the commands to run (e.g. another install's path)
+    # Yosys: "auto" = Yosys 0.70 from the `pyosys` wheel (libyosys, run by the executor's Python) wherever it is
+    # installed, so every executor reads answers with the same current Yosys; else the `yosys` binary on PATH. Any
+    # other value is the binary to run.
+    "yosys": "auto",
     "yosys_abc": "yosys-abc",
     # What is paid for what was decided (docs/equivalence.md#what-each-verdict-pays):
     "undecided": 0.25,  # score of an answer nothing refuted and nothing proved, where the reference proves itself
@@ -78,6 +81,32 @@ DEFAULTS: dict[str, Any] = {
     "yosys_memory_mb": 2048,  # and its memory: a design that instantiates itself is cut here, not at the limit
 }
 MAX_ROWS = 16  # input rows shown in a counterexample
+
+
+# Runs a Yosys script with libyosys (the `pyosys` wheel) in the executor's Python, as `yosys -q -s SCRIPT` would:
+# the log goes to SCRIPT.log beside it (libyosys has no quiet switch, and a sandbox may not open /dev/null for
+# writing), errors and `log -stderr` lines go to stderr, an error exits 1. Without pyosys there, the `yosys`
+# binary on PATH runs the script instead.
+YOSYS_RUNNER = (
+    "import os, sys\n"
+    "try:\n"
+    "    from pyosys import libyosys as ys\n"
+    "except ImportError:\n"
+    "    os.execvp('yosys', ['yosys', '-q', '-s', sys.argv[1]])\n"
+    "os.dup2(os.open(sys.argv[1] + '.log', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 1)\n"
+    "ys.run_pass('script ' + sys.argv[1], ys.Design())\n"
+)
+
+
+@functools.cache
+def _pyosys_version() -> str:
+    """The pyosys wheel's version here, '' without it."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("pyosys")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
 
 
 @functools.cache
@@ -220,7 +249,20 @@ class EquivalenceStage(Stage):
     default_timeout = 30.0
 
     def tool_versions(self) -> dict[str, str]:
-        return {"yosys": _version(("yosys", "-V")), "iverilog": _version(("iverilog", "-V"))}
+        py = _pyosys_version()
+        return {
+            "yosys": f"pyosys {py}" if py else _version(("yosys", "-V")),
+            "yosys_binary": _version(("yosys", "-V")),
+            "iverilog": _version(("iverilog", "-V")),
+        }
+
+    @staticmethod
+    def _yosys_argv(ctx: StageContext, script: str) -> list[str]:
+        """The command that runs a Yosys script (see YOSYS_RUNNER and the `yosys` option)."""
+        chosen = str({**DEFAULTS, **ctx.options}.get("yosys") or "auto")
+        if chosen != "auto":
+            return [chosen, "-q", "-s", script]
+        return [ctx.python, "-c", YOSYS_RUNNER, script]
 
     # -- helpers -------------------------------------------------------------------------------------------
     def _fail(
@@ -243,23 +285,27 @@ class EquivalenceStage(Stage):
             script.append(f"{quoted} >{side}.pp.err 2>&1; echo $? >{side}.pp.rc")
         res = ctx.run(["sh", "-c", "\n".join(script)], cwd=work, timeout=min(float(ctx.timeout), 10.0))
         out: dict[str, Any] = {}
+        missing = _missing_tool(res, "sh")
         for side, files in (("gold", gold), ("gate", gate)):
             rc = _read_small(work / f"{side}.pp.rc")
+            missing = missing or (rc or "").strip() == "127"  # the shell found no iverilog
             text = _read_small(work / f"{side}.pp.v", limit=view.MAX_TEXT)
             if res.timed_out or text is None or (rc or "").strip() != "0":
                 out[side] = None
                 continue
             n = view.neutralise(text)
             (work / f"{side}.ys.v").write_text(n.text)
-            units = [(files.names.get(u, u), (work / u).read_text(errors="replace")) for u in files.script_units]
+            units = [
+                (files.names.get(u, u), (work / u).read_text(errors="replace")) for u in files.script_units
+            ]
             out[side] = (n, view.line_map(units))
-        return _Views(out["gold"], out["gate"], _missing_tool(res, "iverilog") or _missing_tool(res, "sh"))
+        return _Views(out["gold"], out["gate"], missing)
 
     def _yosys(self, ctx: StageContext, work: Path, script: str, name: str) -> Any:
         opts = {**DEFAULTS, **ctx.options}
         (work / name).write_text(script)
         return ctx.run(
-            [str(opts.get("yosys") or "yosys"), "-q", "-s", name],
+            self._yosys_argv(ctx, name),
             cwd=work,
             timeout=min(float(ctx.timeout), float(opts["yosys_seconds"])),
             memory_mb=int(opts["yosys_memory_mb"]),
@@ -273,7 +319,6 @@ class EquivalenceStage(Stage):
         gold_file: str,
         gate_file: str,
         *,
-        gold_pp: bool = True,
         drop_ports: tuple[str, ...] = (),
         budget: float | None = None,
         maps: Mapping[str, Mapping[int, tuple[str, int]] | None] | None = None,
@@ -284,7 +329,7 @@ class EquivalenceStage(Stage):
         opts = {**DEFAULTS, **ctx.options}
         names = formal.Names.fresh()
         (work / "wrapper.sv").write_text(formal.wrapper(plan.inputs, plan.reset, plan.reset_cycles, names))
-        yosys, abc = str(opts.get("yosys") or "yosys"), str(opts.get("yosys_abc") or "yosys-abc")
+        yosys, abc = self._yosys_argv(ctx, "eq.ys")[0], str(opts.get("yosys_abc") or "yosys-abc")
         mark_start, mark_gold, mark_gate = (f"m{secrets.token_hex(8)}" for _ in range(3))
         seconds = 0.0
         for nolatches in (False, True):
@@ -295,8 +340,6 @@ class EquivalenceStage(Stage):
                 "wrapper.sv",
                 names,
                 nolatches=nolatches,
-                preprocessed=True,
-                gold_preprocessed=gold_pp,
                 drop_ports=drop_ports,
                 marks=(mark_gold, mark_gate),
             )
@@ -304,8 +347,11 @@ class EquivalenceStage(Stage):
             seconds += res.duration
             if res.returncode == 0 or formal.LATCH_ERROR not in formal.yosys_error(res.output):
                 break
-        if _missing_tool(res, yosys):
-            return _Formal("missing", note=f"cannot run {yosys!r}: install Yosys (`apt-get install yosys`)")
+        if _missing_tool(res, yosys) or _missing_tool(res, "yosys"):
+            return _Formal(
+                "missing",
+                note="cannot run Yosys: install the pyosys wheel (`pip install pyosys`) or Yosys (`apt-get install yosys`)",
+            )
         marks = {line.strip() for line in res.stderr.splitlines()}
         gold_read, gate_read = mark_gold in marks, mark_gate in marks
         if not res.timed_out and res.returncode != 0 and mark_start not in marks:
@@ -370,7 +416,6 @@ class EquivalenceStage(Stage):
         gate_file: str,
         fres: _Formal,
         *,
-        gold_pp: bool,
         drop_ports: tuple[str, ...],
     ) -> bool:
         """The x-aware proof (see `formal.sat_script`): True only when Yosys exits 0 after `sat -verify`."""
@@ -388,13 +433,11 @@ class EquivalenceStage(Stage):
             timeout=t,
             nolatches=fres.nolatches,
             marker=marker,
-            preprocessed=True,
-            gold_preprocessed=gold_pp,
             drop_ports=drop_ports,
         )
         (work / "sat.ys").write_text(script)
         res = ctx.run(
-            [str(opts.get("yosys") or "yosys"), "-q", "-s", "sat.ys"],
+            self._yosys_argv(ctx, "sat.ys"),
             cwd=work,
             timeout=3 * t + 10,
             memory_mb=int(opts["yosys_memory_mb"]),
@@ -402,9 +445,7 @@ class EquivalenceStage(Stage):
         proved_line = any(line.strip() == marker for line in res.stderr.splitlines())
         return res.returncode == 0 and not res.timed_out and proved_line
 
-    def _self_proof(
-        self, ctx: StageContext, work: Path, plan: diffsim.SimPlan, gold_file: str, gold_pp: bool
-    ) -> bool:
+    def _self_proof(self, ctx: StageContext, work: Path, plan: diffsim.SimPlan, gold_file: str) -> bool:
         """Whether the reference proves against a renamed copy of itself within the answer's budget (twice it,
         to be fair to the task): where it does, an answer that is neither proved nor refuted is suspect. Cached
         per reference text, plan and toolchain, in this process and on disk."""
@@ -412,9 +453,9 @@ class EquivalenceStage(Stage):
         text = (work / gold_file).read_text(errors="replace")
         budget = 2 * float(opts["formal_timeout"])
         key = hashlib.sha256(
-            repr(
-                (SELF_PROOF_VERSION, text, gold_pp, plan, budget, opts["yosys"], _version(("yosys", "-V")))
-            ).encode("utf-8", "surrogatepass")
+            repr((SELF_PROOF_VERSION, text, plan, budget, opts["yosys"], self.tool_versions())).encode(
+                "utf-8", "surrogatepass"
+            )
         ).hexdigest()[:32]
         with _SELF_LOCK:
             if key in _SELF_PROOFS:
@@ -427,7 +468,7 @@ class EquivalenceStage(Stage):
             sub.mkdir(exist_ok=True)
             shutil.copyfile(work / gold_file, sub / "gold.v")
             shutil.copyfile(work / gold_file, sub / "gate.v")
-            fres = self._formal(ctx, sub, plan, "gold.v", "gate.v", gold_pp=gold_pp, budget=budget)
+            fres = self._formal(ctx, sub, plan, "gold.v", "gate.v", budget=budget)
             proved = fres.outcome == "proved"
             if fres.outcome in ("proved", "undecided", "bounded", "cex"):  # not a time limit of the machine
                 with contextlib.suppress(OSError):
@@ -577,12 +618,12 @@ class EquivalenceStage(Stage):
             )
         if views.gold is None:
             # The reference is trusted: Yosys reads its files itself (its simulation will say if Icarus cannot).
-            gold_file, gold_pp, gold_map = "gold.raw.v", False, None
+            gold_file, gold_map = "gold.raw.v", None
             (work / gold_file).write_text(
                 "\n".join((work / u).read_text(errors="replace") for u in gold.units) + "\n"
             )
         else:
-            gold_file, gold_pp, gold_map = "gold.ys.v", True, views.gold[1]
+            gold_file, gold_map = "gold.ys.v", views.gold[1]
         maps = {"gold.ys.v": gold_map, "gate.ys.v": gate_map}
 
         # 1. formal
@@ -608,9 +649,7 @@ class EquivalenceStage(Stage):
         if why_not:
             fres = _Formal("skipped", note=f"no formal check: {why_not}", answer_side=answer_side)
         else:
-            fres = self._formal(
-                ctx, work, plan, gold_file, "gate.ys.v", gold_pp=gold_pp, drop_ports=extra, maps=maps
-            )
+            fres = self._formal(ctx, work, plan, gold_file, "gate.ys.v", drop_ports=extra, maps=maps)
         if fres.outcome == "missing":
             return self._fail(Status.ERROR, fres.note, "tool-missing")
         metrics["formal_seconds"] = round(fres.seconds, 4)
@@ -642,9 +681,7 @@ class EquivalenceStage(Stage):
             unconfirmed
             and not gold_error
             and not gate_error
-            and self._sat_prove(
-                ctx, work, plan, gold_file, "gate.ys.v", fres, gold_pp=gold_pp, drop_ports=extra
-            )
+            and self._sat_prove(ctx, work, plan, gold_file, "gate.ys.v", fres, drop_ports=extra)
         ):
             notes.append(
                 Diagnostic(
@@ -660,7 +697,7 @@ class EquivalenceStage(Stage):
             # Undecided: pay it in full only where the reference itself cannot be proved in budget (then
             # simulation is all there is, and it runs longer); elsewhere it is suspect.
             proves = bool(opts["formal"]) and not odd and len(timing.clocks) <= 1
-            proves = proves and self._self_proof(ctx, work, plan, gold_file, gold_pp)
+            proves = proves and self._self_proof(ctx, work, plan, gold_file)
             metrics["reference_proves"] = proves
             if not proves and opts["formal"]:
                 factor = max(1, int(opts["simulation_only_factor"]))

@@ -80,17 +80,17 @@ def _read_side(
     top: str,
     nolatches: bool = False,
     *,
-    preprocessed: bool = False,
     drop_ports: Sequence[str] = (),
 ) -> list[str]:
-    """Read one design on its own and flatten it. `preprocessed`: the files are a preprocessor's output (the
-    answer's, `view.neutralise`d): read with `-nopp`, so no directive, macro or tool define acts again.
+    """Read one design on its own and flatten it. The answer's file is a preprocessor's output,
+    `view.neutralise`d: no directive, macro use or backtick is left, so Yosys's preprocessor has nothing to act on
+    (`-nopp` would say so, but it crashes libyosys 0.70).
     `drop_ports`: ports of the top that are not the reference's (the answer's extra ports): made internal, so an
     extra input becomes a free value and an extra output is not compared."""
     incs = " ".join(f"-I {check_path(d)}" for d in incdirs)
     # -nolatches (the retry when Yosys 0.23 refuses a latch inferred from always_comb): the latch's hold condition
     # gives x instead, and x becomes a free value below, which keeps a proof sound.
-    flags = "-sv -noblackbox" + (" -nopp" if preprocessed else "") + (" -nolatches" if nolatches else "")
+    flags = "-sv -noblackbox" + (" -nolatches" if nolatches else "")
     lines = [
         f"read_verilog {flags} {incs} {' '.join(check_path(f) for f in files)}".replace("  ", " "),
         f"hierarchy -check -top {check_ident(top)}",
@@ -151,8 +151,6 @@ def miter_script(
     gold_incdirs: Iterable[str] = (),
     gate_incdirs: Iterable[str] = (),
     nolatches: bool = False,
-    preprocessed: bool = False,
-    gold_preprocessed: bool | None = None,
     drop_ports: Sequence[str] = (),
     marks: tuple[str, str] | None = None,
 ) -> str:
@@ -160,13 +158,10 @@ def miter_script(
     each into one design under fresh names, build the miter, wrap it, write the AIGER file. `marks`: two
     identifiers logged to stderr once the reference's and then the answer's side were read, so a caller can
     tell whose read failed."""
-    gold_pp = preprocessed if gold_preprocessed is None else gold_preprocessed
     lines = [
-        *_read_side("gold", gold, gold_incdirs, top, nolatches, preprocessed=gold_pp),
+        *_read_side("gold", gold, gold_incdirs, top, nolatches),
         *([f"log -stderr {check_ident(marks[0])}"] if marks else []),
-        *_read_side(
-            "gate", gate, gate_incdirs, top, nolatches, preprocessed=preprocessed, drop_ports=drop_ports
-        ),
+        *_read_side("gate", gate, gate_incdirs, top, nolatches, drop_ports=drop_ports),
         *([f"log -stderr {check_ident(marks[1])}"] if marks else []),
         f"design -copy-from gold -as {names.gold} {check_ident(top)}",
         f"design -copy-from gate -as {names.gate} {check_ident(top)}",
@@ -208,8 +203,6 @@ def sat_script(
     gate_incdirs: Iterable[str] = (),
     nolatches: bool = False,
     marker: str = "",
-    preprocessed: bool = False,
-    gold_preprocessed: bool | None = None,
     drop_ports: Sequence[str] = (),
 ) -> str:
     """A proof with x modelled (Yosys `sat -enable_undef`, `miter -ignore_gold_x`): an x in the reference is a
@@ -227,17 +220,8 @@ def sat_script(
         sat.append(f"-seq {hold}")
         sat += [f"-set-at {k} in_{check_ident(reset.name)} {reset.active}" for k in range(1, hold + 1)]  # type: ignore[union-attr]
     lines = [
-        *_read_side(
-            "gold",
-            gold,
-            gold_incdirs,
-            top,
-            nolatches,
-            preprocessed=preprocessed if gold_preprocessed is None else gold_preprocessed,
-        ),
-        *_read_side(
-            "gate", gate, gate_incdirs, top, nolatches, preprocessed=preprocessed, drop_ports=drop_ports
-        ),
+        *_read_side("gold", gold, gold_incdirs, top, nolatches),
+        *_read_side("gate", gate, gate_incdirs, top, nolatches, drop_ports=drop_ports),
         f"design -copy-from gold -as {names.gold} {check_ident(top)}",
         f"design -copy-from gate -as {names.gate} {check_ident(top)}",
         "async2sync",

