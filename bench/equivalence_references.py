@@ -32,7 +32,9 @@ def main() -> int:
     args = ap.parse_args()
     common.require_tools("iverilog", "yosys")
     executors = args.executor or ["local"]
-    common.header(f"{args.dataset}: each reference against itself through the equivalence stage ({', '.join(executors)})")
+    common.header(
+        f"{args.dataset}: each reference against itself through the equivalence stage ({', '.join(executors)})"
+    )
 
     from rtlreward.engine import Engine
     from rtlreward.integration import load_tasks
@@ -59,8 +61,14 @@ def main() -> int:
             if v != "proved" and st is not None:
                 first = next((d.message for d in st.diagnostics), st.feedback or "")
                 notes[name][t.id] = " ".join(first.split())[:160]
-        counts = {k: list(verdicts[name].values()).count(k) for k in ("proved", "unknown", "bounded", "refuted", "error")}
-        print(f"\n{name}: {len(tasks)} references in {seconds:.0f} s: " + ", ".join(f"{k} {n}" for k, n in counts.items()))
+        counts = {
+            k: list(verdicts[name].values()).count(k)
+            for k in ("proved", "unknown", "bounded", "refuted", "error")
+        }
+        print(
+            f"\n{name}: {len(tasks)} references in {seconds:.0f} s: "
+            + ", ".join(f"{k} {n}" for k, n in counts.items())
+        )
         for tid, note in sorted(notes[name].items()):
             print(f"  {tid}: {verdicts[name][tid]}: {note}")
     if len(executors) > 1:

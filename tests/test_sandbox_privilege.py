@@ -247,7 +247,11 @@ def test_a_package_first_on_sys_path_does_not_bring_the_project_in(monkeypatch, 
     assert str(PROJECT) not in local_mod._interpreter_paths()
     ex = _make("bwrap")
     r = ex.run(
-        ["sh", "-c", f"test -e {PROJECT}/pyproject.toml && echo PROJECT-VISIBLE; ls {PROJECT}/tests | head -1"],
+        [
+            "sh",
+            "-c",
+            f"test -e {PROJECT}/pyproject.toml && echo PROJECT-VISIBLE; ls {PROJECT}/tests | head -1",
+        ],
         workspace=ws,
         limits=Limits(timeout=20),
     )

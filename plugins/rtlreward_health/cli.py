@@ -48,7 +48,8 @@ def add_commands(app: typer.Typer) -> None:
         stubs: Annotated[
             bool,
             typer.Option(
-                "--stubs/--no-stubs", help="Score do-nothing stubs under shaped and equiv (a harness run each)."
+                "--stubs/--no-stubs",
+                help="Score do-nothing stubs under shaped and equiv (a harness run each).",
             ),
         ] = True,
     ) -> None:
