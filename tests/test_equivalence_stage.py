@@ -417,3 +417,31 @@ def test_equiv_and_trusted_profiles_on_the_lfsr(lfsr):
     assert seedless.stages["tests"].status is Status.PASSED  # the harness is fooled ...
     for r in (const0, seedless):
         assert not r.passed and r.total < ref.total  # ... the trusted reward is not
+
+
+# -- ABC's verdicts across versions -----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("output", "verdict"),
+    [
+        (
+            "Verification of invariant with 16 clauses was successful.  Time = 0.00 sec\nProperty proved.  Time = 0.02 sec",
+            "proved",
+        ),
+        # newer ABC (pyosys 0.70, Debian trixie) on a property no frame violates
+        (
+            "All outputs solved or timed out in frame 1.\nBlock = 0  Cex =   0\nProperty UNDECIDED.  Time = 0.02 sec",
+            "proved",
+        ),
+        ('Output 0 of miter "eq" was asserted in frame 2.  Time =     0.01 sec', "cex"),
+        ("No output asserted in 8 frames. Resource limit reached (conf limit 0). Time = 0.02 sec", "bounded"),
+        ("Reached timeout (5 seconds) in frame 12.\nProperty UNDECIDED.  Time = 5.00 sec", "undecided"),
+        (
+            "All outputs solved or timed out in frame 9.\nReached timeout (5 seconds).\nProperty UNDECIDED.",
+            "undecided",
+        ),
+    ],
+)
+def test_abc_verdicts_are_read_the_same_from_old_and_new_abc(output, verdict):
+    from rtlreward_equivalence import formal
+
+    assert formal.parse_abc(output).verdict == verdict

@@ -72,7 +72,8 @@ DEFAULTS: dict[str, Any] = {
     # installed, so every executor reads answers with the same current Yosys; else the `yosys` binary on PATH. Any
     # other value is the binary to run.
     "yosys": "auto",
-    "yosys_abc": "yosys-abc",
+    # ABC: "auto" = the yosys-abc the pyosys wheel ships (the same ABC on every executor), else `yosys-abc` on PATH
+    "yosys_abc": "auto",
     # What is paid for what was decided (docs/equivalence.md#what-each-verdict-pays):
     "undecided": 0.25,  # score of an answer nothing refuted and nothing proved, where the reference proves itself
     "refuted_max": 0.5,  # the most a refuted answer earns: this times its output-bit credit above a constant stub
@@ -95,6 +96,20 @@ YOSYS_RUNNER = (
     "    os.execvp('yosys', ['yosys', '-q', '-s', sys.argv[1]])\n"
     "os.dup2(os.open(sys.argv[1] + '.log', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 1)\n"
     "ys.run_pass('script ' + sys.argv[1], ys.Design())\n"
+)
+
+
+# Runs the ABC the pyosys wheel ships (`yosys-abc` beside libyosys), else `yosys-abc` on PATH, with the arguments given.
+ABC_RUNNER = (
+    "import os, sys\n"
+    "try:\n"
+    "    import pyosys\n"
+    "    exe = os.path.join(os.path.dirname(pyosys.__file__), 'yosys-abc')\n"
+    "except ImportError:\n"
+    "    exe = 'yosys-abc'\n"
+    "if not os.path.isfile(exe):\n"
+    "    exe = 'yosys-abc'\n"
+    "os.execvp(exe, [exe, *sys.argv[1:]])\n"
 )
 
 
@@ -253,6 +268,7 @@ class EquivalenceStage(Stage):
         return {
             "yosys": f"pyosys {py}" if py else _version(("yosys", "-V")),
             "yosys_binary": _version(("yosys", "-V")),
+            "abc": f"pyosys {py}" if py else _version(("yosys-abc", "-c", "version")),
             "iverilog": _version(("iverilog", "-V")),
         }
 
@@ -263,6 +279,14 @@ class EquivalenceStage(Stage):
         if chosen != "auto":
             return [chosen, "-q", "-s", script]
         return [ctx.python, "-c", YOSYS_RUNNER, script]
+
+    @staticmethod
+    def _abc_argv(ctx: StageContext, command: str) -> list[str]:
+        """The command that runs an ABC script (see ABC_RUNNER and the `yosys_abc` option)."""
+        chosen = str({**DEFAULTS, **ctx.options}.get("yosys_abc") or "auto")
+        if chosen != "auto":
+            return [chosen, "-c", command]
+        return [ctx.python, "-c", ABC_RUNNER, "-c", command]
 
     # -- helpers -------------------------------------------------------------------------------------------
     def _fail(
@@ -329,7 +353,7 @@ class EquivalenceStage(Stage):
         opts = {**DEFAULTS, **ctx.options}
         names = formal.Names.fresh()
         (work / "wrapper.sv").write_text(formal.wrapper(plan.inputs, plan.reset, plan.reset_cycles, names))
-        yosys, abc = self._yosys_argv(ctx, "eq.ys")[0], str(opts.get("yosys_abc") or "yosys-abc")
+        yosys = self._yosys_argv(ctx, "eq.ys")[0]
         mark_start, mark_gold, mark_gate = (f"m{secrets.token_hex(8)}" for _ in range(3))
         seconds = 0.0
         for nolatches in (False, True):
@@ -375,16 +399,21 @@ class EquivalenceStage(Stage):
                 answer_side=answer_side,
             )
         budget = float(opts["formal_timeout"]) if budget is None else budget
-        res = ctx.run([abc, "-c", formal.abc_pdr(budget)], cwd=work, timeout=budget + 10)
+        res = ctx.run(self._abc_argv(ctx, formal.abc_pdr(budget)), cwd=work, timeout=budget + 10)
         seconds += res.duration
-        if _missing_tool(res, abc):
-            return _Formal("missing", note=f"cannot run {abc!r}: install yosys-abc (`apt-get install yosys`)")
+        if _missing_tool(res, "yosys-abc") or (
+            res.returncode != 0 and "yosys-abc" in res.stderr and "No such file" in res.stderr
+        ):
+            return _Formal(
+                "missing",
+                note="cannot run ABC: install pyosys (`pip install pyosys`) or `apt-get install yosys`",
+            )
         pdr = formal.parse_abc(res.stdout) if not res.timed_out else formal.AbcResult("undecided")
         engine, cex_file, found = "pdr", "pdr.cex", pdr
         if pdr.verdict == "undecided":
             t = float(opts.get("bmc_timeout", DEFAULTS["bmc_timeout"]))
             frames = int(opts.get("bmc_frames", DEFAULTS["bmc_frames"]))
-            res = ctx.run([abc, "-c", formal.abc_bmc(t, frames)], cwd=work, timeout=t + 10)
+            res = ctx.run(self._abc_argv(ctx, formal.abc_bmc(t, frames)), cwd=work, timeout=t + 10)
             seconds += res.duration
             engine, cex_file = "bmc", "bmc.cex"
             found = formal.parse_abc(res.stdout) if not res.timed_out else formal.AbcResult("undecided")

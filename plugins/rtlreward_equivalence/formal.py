@@ -235,7 +235,7 @@ def sat_script(
 
 
 def abc_pdr(timeout: float) -> str:
-    return f"read_aiger {AIG}; strash; pdr -T {max(1, int(timeout))}; write_cex -n pdr.cex"
+    return f"read_aiger {AIG}; strash; print_stats; pdr -T {max(1, int(timeout))}; write_cex -n pdr.cex"
 
 
 def abc_bmc(timeout: float, frames: int) -> str:
@@ -252,9 +252,24 @@ _ASSERTED_RE = re.compile(r"^Output 0 of miter .* was asserted in frame (\d+)\."
 _BOUNDED_RE = re.compile(r"^No output asserted in (\d+) frames\.", re.M)
 
 
+# Newer ABC (pyosys 0.70's, Debian trixie's) ends PDR on a property no frame can violate with "All outputs solved or
+# timed out in frame N. ... Property UNDECIDED" where older ABC says "Property proved" (measured: a constant-0
+# miter, a combinational one whose only latches are the wrapper's idle frame counter). An output PDR disproves is
+# reported as asserted with a counterexample; one it gave up on says it reached its time limit. Solved, with no
+# counterexample and no time limit reached, is a proof.
+_SOLVED_RE = re.compile(r"^All outputs solved or timed out in frame \d+\.", re.M)
+_TIMED_OUT_RE = re.compile(r"(?i)timeout|time limit|timed out after|resource limit")
+
+
 def parse_abc(output: str) -> AbcResult:
     """ABC's verdict. Its output never carries text from the designs (the AIGER file has no symbol table)."""
     if re.search(r"^Property proved\.", output, re.M):
+        return AbcResult("proved")
+    if (
+        _SOLVED_RE.search(output)
+        and "asserted" not in output
+        and not _TIMED_OUT_RE.search(_SOLVED_RE.sub("", output))
+    ):
         return AbcResult("proved")
     if m := _ASSERTED_RE.search(output):
         return AbcResult("cex", int(m.group(1)))
