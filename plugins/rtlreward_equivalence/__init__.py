@@ -208,6 +208,7 @@ class _Views:
 
 # Whether a reference proves against itself (`EquivalenceStage._self_proof`), per reference text, plan and toolchain.
 SELF_PROOF_VERSION = "1"
+SELF_PROOF_BUDGET = 2  # x `formal_timeout`: the self-proof's PDR budget, and an undecided answer's second try
 _SELF_PROOFS: dict[str, bool] = {}
 _SELF_LOCK = threading.Lock()
 
@@ -480,7 +481,7 @@ class EquivalenceStage(Stage):
         per reference text, plan and toolchain, in this process and on disk."""
         opts = {**DEFAULTS, **ctx.options}
         text = (work / gold_file).read_text(errors="replace")
-        budget = 2 * float(opts["formal_timeout"])
+        budget = SELF_PROOF_BUDGET * float(opts["formal_timeout"])
         key = hashlib.sha256(
             repr((SELF_PROOF_VERSION, text, plan, budget, opts["yosys"], self.tool_versions())).encode(
                 "utf-8", "surrogatepass"
@@ -727,6 +728,30 @@ class EquivalenceStage(Stage):
             proves = bool(opts["formal"]) and not odd and len(timing.clocks) <= 1
             proves = proves and self._self_proof(ctx, work, plan, gold_file)
             metrics["reference_proves"] = proves
+            if proves and fres.outcome in ("bounded", "undecided"):
+                # The reference proved against itself with the self-proof's budget: the answer gets the same
+                # before it is called undecided (a correct answer shaped like the reference then proves too).
+                again = self._formal(
+                    ctx,
+                    work,
+                    plan,
+                    gold_file,
+                    "gate.ys.v",
+                    drop_ports=extra,
+                    budget=SELF_PROOF_BUDGET * float(opts["formal_timeout"]),
+                    maps=maps,
+                )
+                metrics["formal_seconds"] = round(metrics["formal_seconds"] + again.seconds, 4)
+                if again.outcome == "proved":
+                    fres = again
+                    metrics["formal"] = "proved"
+                    notes.append(
+                        Diagnostic(
+                            "proved with the reference's own budget (the first budget did not close the proof)",
+                            severity="info",
+                            code="formal-retry",
+                        )
+                    )
             if not proves and opts["formal"]:
                 factor = max(1, int(opts["simulation_only_factor"]))
                 more, _ = self._stimulus(ctx, plan, _Formal("skipped"), factor=factor, salt=1)
