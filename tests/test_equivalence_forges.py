@@ -17,12 +17,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from equivalence_helpers import run_equivalence
 
 from rtlreward.engine import Engine
 from rtlreward.model import Candidate, Status, Task
 from rtlreward.plugins import get_registry
 from rtlreward.sandbox.local import LocalExecutor
-from rtlreward.stage import StageContext
 from rtlreward_equivalence import DEFAULTS
 
 pytestmark = pytest.mark.skipif(
@@ -125,18 +125,9 @@ def counter_task() -> Task:
 
 
 def run_stage(stage, executor, tmp_path: Path, task: Task, text: str):
-    files = {task.expected_files[0]: text}
-    ctx = StageContext(
-        task=task,
-        candidate=Candidate(files=files),
-        workspace=tmp_path,
-        executor=executor,
-        files=dict(files),
-        options={},
-        seed=7,
-        timeout=30,
+    return run_equivalence(
+        stage, executor, tmp_path, task, {task.expected_files[0]: text}, seed=7, timeout=30
     )
-    return stage.run(ctx)
 
 
 def shown(result) -> str:

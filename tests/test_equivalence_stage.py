@@ -9,11 +9,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from equivalence_helpers import run_equivalence
 
 from rtlreward.model import Candidate, Status, Task
 from rtlreward.plugins import get_registry
 from rtlreward.sandbox.local import LocalExecutor
-from rtlreward.stage import StageContext
 from rtlreward_equivalence import DEFAULTS
 
 pytestmark = pytest.mark.skipif(
@@ -57,17 +57,7 @@ def lfsr():
 
 
 def check(stage, executor, tmp_path: Path, task: Task, files: dict[str, str], **options):
-    ctx = StageContext(
-        task=task,
-        candidate=Candidate(files=files),
-        workspace=tmp_path,
-        executor=executor,
-        files=dict(files),
-        options=options,
-        seed=1234,
-        timeout=60,
-    )
-    return stage.run(ctx)
+    return run_equivalence(stage, executor, tmp_path, task, files, seed=1234, timeout=60, **options)
 
 
 def completion(task_id: str, name: str) -> str:

@@ -722,6 +722,7 @@ class EquivalenceStage(Stage):
             )
             fres = _Formal("proved", "sat", seconds=fres.seconds)
             metrics["formal"] = "proved"
+        simulation_only = False
         if comparison is not None and comparison.first is None and fres.outcome != "proved":
             # Undecided: pay it in full only where the reference itself cannot be proved in budget (then
             # simulation is all there is, and it runs longer); elsewhere it is suspect.
@@ -761,20 +762,7 @@ class EquivalenceStage(Stage):
                 if sim[0] is not None:  # the longer run decides (and its counts are the ones reported)
                     stim, replay_cycles = more, 0
                     comparison, gold_error, gate_error, gold_trace = sim
-            return self._verdict(
-                fres,
-                plan,
-                stim,
-                replay_cycles,
-                comparison,
-                metrics,
-                notes,
-                gold_error,
-                gate_error,
-                gold_trace,
-                opts,
-                simulation_only=not proves,
-            )
+            simulation_only = not proves
         return self._verdict(
             fres,
             plan,
@@ -787,7 +775,7 @@ class EquivalenceStage(Stage):
             gate_error,
             gold_trace,
             opts,
-            simulation_only=False,
+            simulation_only=simulation_only,
         )
 
     def _stimulus(
