@@ -5,7 +5,9 @@ of a testbench where the reference's output is mostly 0 (measured: 1.32 of 1.6 u
 problem). So a stage that pays partial credit measures it above what these stubs earn on the same task
 (`rtlreward_tests`, the equivalence stage's own constant baseline), and `rtlreward tasks check` reports them.
 
-The stubs: every output tied to 0 (`zeros`), tied to 1 (`ones`), left undriven (`undriven`). Inputs are ignored.
+The stubs: every output tied to 0 (`zeros`), tied to 1 (`ones`), left undriven (`undriven`), or driven by the
+first data input (`passthrough`: not a clock or reset by name; Verilog resizes it to the output's width). Where
+there is no such input, there is no `passthrough` stub.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from rtlreward_hdl.interface import expected_interface
 
 __all__ = ["STUB_KINDS", "stub_designs"]
 
-STUB_KINDS = ("zeros", "ones", "undriven")
+STUB_KINDS = ("zeros", "ones", "undriven", "passthrough")
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CONTROL_RE = re.compile(r"(?i)(clk|clock|rst|reset|clr)")
 
 
 def _port(direction: str, width: int, name: str) -> str:
@@ -45,10 +48,16 @@ def stub_designs(task: Task) -> dict[str, dict[str, str]]:
     )
     header += "\n);\n"
     outputs = [p for p in iface.ports if p.direction == "output"]
+    data = [p for p in iface.ports if p.direction == "input" and not _CONTROL_RE.search(p.name)]
     out: dict[str, dict[str, str]] = {}
     for kind in STUB_KINDS:
-        body = ""
-        if kind != "undriven":
+        if kind == "undriven":
+            body = ""
+        elif kind == "passthrough":
+            if not data:
+                continue
+            body = "".join(f"  assign {p.name} = {data[0].name};\n" for p in outputs)
+        else:
             bit = "0" if kind == "zeros" else "1"
             body = "".join(f"  assign {p.name} = {{{p.width}{{1'b{bit}}}}};\n" for p in outputs)
         out[kind] = {paths[0]: f"// rtlreward stub: outputs {kind}\n{header}{body}endmodule\n"}

@@ -12,7 +12,7 @@ For each task with a reference and a harness:
 4. the reference against a renamed copy of itself through the `equivalence` stage: `proves` (an answer the proof
    leaves undecided is suspect there and earns the stage's `undecided` share) or `simulation-only` (the proof
    does not close in budget: simulation decides, with a longer stimulus);
-5. do-nothing stubs with the task's interface (outputs tied to 0, to 1, undriven; `rtlreward_hdl.stubs`) scored
+5. do-nothing stubs with the task's interface (outputs tied to 0, to 1, undriven, an input passed through; `rtlreward_hdl.stubs`) scored
    under `shaped` and, with a reference, `equiv`: a stub that earns credit from `tests` or `equivalence` (more than
    format, syntax and interface) is reported (`stub_credit`), since a policy learns a stub first.
 

@@ -4,8 +4,8 @@ and knows nothing about simulators. Score = the runner's partial credit (tests p
 samples that match), measured above what a do-nothing design earns on the same tests; only "every test passed" is
 a pass, and a runner's pass without a complete test count is an `error`.
 
-The do-nothing baseline: a design with the task's interface and its outputs tied to 0, to 1 or left undriven
-(`rtlreward_hdl.stubs`) earns some partial credit on most harnesses (a VerilogEval testbench whose reference output
+The do-nothing baseline: a design with the task's interface and its outputs tied to 0, to 1, left undriven or
+passing an input through (`rtlreward_hdl.stubs`) earns some partial credit on most harnesses (a VerilogEval testbench whose reference output
 is mostly 0 pays a constant-0 module 82 % of its samples). A failing answer's credit is paid above the best stub's:
 `max(0, (raw - stub) / (1 - stub))`, so a stub earns 0 and the gradient starts where a design does something. The
 baseline is measured once per task, runner toolchain and executor (the stubs run in fresh workspaces of their own,
