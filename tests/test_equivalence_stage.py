@@ -409,6 +409,24 @@ def test_equiv_and_trusted_profiles_on_the_lfsr(lfsr):
         assert not r.passed and r.total < ref.total  # ... the trusted reward is not
 
 
+def test_the_const0_lfsr_behind_a_yosys_macro_earns_what_the_const0_design_earns(lfsr):
+    """The measured forge: under `trusted`, the reference in an `ifdef YOSYS` branch over the constant-0 design
+    (which the official harness passes) turned 0.0 into 1.6. The proof now reads the branch Icarus simulates."""
+    from rtlreward.engine import Engine
+
+    task, rel, text = lfsr
+    body = text[text.index(");") + 2 : text.rindex("endmodule")]
+    forge = LFSR_CONST0.replace(
+        "  assign lfsr_out = 8'd0;\n", f"`ifdef YOSYS\n{body}\n`else\n  assign lfsr_out = 8'd0;\n`endif\n"
+    )
+    forge = forge.replace("output [7:0] lfsr_out", "output reg [7:0] lfsr_out")
+    items = [(task, Candidate(files={rel: body_})) for body_ in (forge, LFSR_CONST0)]
+    with Engine("trusted", cache=False) as engine:
+        forged, plain = engine.score_batch(items)
+    assert not forged.passed and forged.total <= plain.total == 0.0, forged.feedback()
+    assert forged.stages["equivalence"].metrics["equivalence"] == "refuted"
+
+
 # -- ABC's verdicts across versions -----------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("output", "verdict"),
