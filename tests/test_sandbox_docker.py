@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import textwrap
 from pathlib import Path
 
@@ -664,11 +665,10 @@ def test_the_engine_scores_each_candidate_in_a_warm_slot_and_releases_it(tmp_pat
     """`Engine(executor=DockerExecutor())` makes each candidate's workspace inside a warm slot, removes it
     afterwards and releases the slot. The first candidates teach the slots the task's read-only folders (those
     commands run cold, and the containers are replaced with them mounted); from then on every command goes by
-    `docker exec` into a container already running, wiped between candidates, with no workspace of the last left in
-    it. The pool may hold a spare beyond its one slot, and which slot learns first depends on timing, so only the
-    steady state is asserted: the last two candidates start no container and run nothing cold. Every count is this
-    executor's own (`stats()`), never the machine's containers. The replies differ by a comment, so nothing is
-    deduplicated or cached."""
+    `docker exec` into a warm container, wiped between candidates, with no workspace of the last left in it. The pool
+    may hold a spare beyond its one slot, and which slot learns first depends on timing, so only the steady state is
+    asserted: the last two candidates run nothing cold. Every count is this executor's own (`stats()`), never the
+    machine's containers. The replies differ by a comment, so nothing is deduplicated or cached."""
     pytest.importorskip("docker")
     from rtlreward.engine import Engine
     from rtlreward.model import Candidate
@@ -684,7 +684,7 @@ def test_the_engine_scores_each_candidate_in_a_warm_slot_and_releases_it(tmp_pat
         t for t in get_registry().datasets()["folder"].load(str(repo / "examples")) if t.id == "counter"
     )
     reply = (repo / "examples" / "counter" / "completions" / "correct.txt").read_text()
-    rewards, containers, stats = [], [], []
+    rewards, stats = [], []
     with Engine("seed", executor=ex, cache=False, jobs=1, workspace_root=tmp_path) as engine:
         for i in range(5):
             rewards.append(engine.score(task, Candidate(text=reply + f"\n// copy {i}\n")))
@@ -693,14 +693,15 @@ def test_the_engine_scores_each_candidate_in_a_warm_slot_and_releases_it(tmp_pat
             assert 1 <= len(slots) <= 2, "one slot and at most one spare"
             assert all(s.state == "idle" and s.workspace is None for s in slots)
             assert all(not any(s.ws.iterdir()) for s in slots), "a workspace was left in its slot"
-            containers.append({s.container for s in slots})
             stats.append(ex.stats())
     assert all(r.total == pytest.approx(1.4) for r in rewards), [r.total for r in rewards]
+    shown = json.dumps(stats)  # every replacement with its reason
     for before, after in itertools.pairwise(stats[2:]):  # the steady state: candidates 4 and 5
-        assert after.get("warm_exec", 0) - before.get("warm_exec", 0) >= 2, stats
-        assert after.get("cold", 0) == before.get("cold", 0), stats
-        assert after.get("started") == before.get("started"), stats
-    assert containers[2] == containers[3] == containers[4], containers
+        assert after.get("warm_exec", 0) - before.get("warm_exec", 0) >= 2, shown
+        assert after.get("cold", 0) == before.get("cold", 0), shown
+        # a container the hygiene check replaced between two candidates is the pool doing its job (its reason is
+        # counted); a candidate never waits for a start: at most one per candidate
+        assert after.get("started", 0) - before.get("started", 0) <= 1, shown
     assert not list(tmp_path.iterdir()), "the slot folders outlived the engine's close"
 
 

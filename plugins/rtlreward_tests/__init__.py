@@ -183,9 +183,14 @@ def _measure(
 ) -> float | None:
     if not stubs:
         return None
+    # A fresh workspace per stub from the executor, as the engine makes one per candidate (a warm docker slot,
+    # wiped before and after), else a plain private folder.
+    maker = getattr(ctx.executor, "make_workspace", None)
+    release = getattr(ctx.executor, "release_workspace", None)
     best = 0.0
     for kind, files in stubs.items():
-        ws = make_ws(f"{ctx.task.id}-stub-{kind}", None)
+        name = f"{ctx.task.id}-stub-{kind}"
+        ws = maker(name, None) if callable(maker) else make_ws(name, None)
         try:
             sub = attrs.evolve(
                 ctx,
@@ -199,6 +204,8 @@ def _measure(
             r = runner.run(sub)
         finally:
             remove_ws(ws)
+            if callable(release):
+                release(ws)
         if r.status is Status.PASSED:
             return 1.0  # the harness passes a design that does nothing: no partial credit means anything here
         if r.status is not Status.FAILED:
