@@ -11,7 +11,9 @@ and nothing else may.
 from __future__ import annotations
 
 import ast
+import functools
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,13 +58,25 @@ class DefinedTests:
         return bool(self.names or self.factories)
 
 
+# `ast.parse` from several threads at once (the engine scores candidates side by side) can fail in CPython
+# before 3.11.8 with "SystemError: AST constructor recursion depth mismatch" (gh-106905): one parse at a time.
+_AST_LOCK = threading.Lock()
+
+
 def defined_tests(source: str) -> DefinedTests:
     """Read a cocotb test module's tests from its source. Raises SyntaxError for a module that does not parse.
 
     A test is a module-level function decorated with `cocotb.test` (called or not, under any alias of the
-    `cocotb` module or of `cocotb.test` itself); `TestFactory(fn)` adds `fn`'s generated tests.
+    `cocotb` module or of `cocotb.test` itself); `TestFactory(fn)` adds `fn`'s generated tests. Cached by source
+    (every sample of a task has the same test module).
     """
-    tree = ast.parse(source)
+    return _defined_tests(source)
+
+
+@functools.lru_cache(maxsize=256)
+def _defined_tests(source: str) -> DefinedTests:
+    with _AST_LOCK:
+        tree = ast.parse(source)
     cocotb_names, test_names, factory_names = {"cocotb"}, set(), {"TestFactory"}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
