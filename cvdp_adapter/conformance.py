@@ -85,10 +85,10 @@ def score_files(
 
 def strict_engine(executor: Any, jobs: int = 2) -> Any:
     """The strict Engine with CVDP's limits (profile `cvdp-strict`: 600 s per service) on this executor, without
-    the result cache (a conformance run measures)."""
+    the result cache (a conformance run measures) and without calibrated limits (the benchmark's own hold)."""
     from rtlreward.engine import Engine
 
-    return Engine(profile="cvdp-strict", executor=executor, cache=False, jobs=jobs)
+    return Engine(profile="cvdp-strict", executor=executor, cache=False, jobs=jobs, calibrate=False)
 
 
 def engine_verdict(engine: Any, task: Task, files: Mapping[str, str]) -> StageResult:

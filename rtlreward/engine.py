@@ -37,6 +37,7 @@ import attrs
 
 from rtlreward.answers import Answer, restrict_answer
 from rtlreward.cache import ResultCache, stage_key
+from rtlreward.calibration import Calibrator
 from rtlreward.health import STAGE_LIMITS
 from rtlreward.model import Candidate, Diagnostic, Reward, StageResult, Status, Task, as_candidate, hash_json
 from rtlreward.profiles import DEFAULT_PROFILE, Profile, load_profile
@@ -123,6 +124,7 @@ class Engine:
         executor_options: Mapping[str, Any] | None = None,
         memory_mb: int | None = DEFAULT_MEMORY_MB,
         workspace_root: str | Path | None = None,
+        calibrate: bool = True,
     ) -> None:
         if registry is None:
             from rtlreward.plugins import get_registry
@@ -142,6 +144,9 @@ class Engine:
                 log.warning("could not size the executor's warm pool: %r", exc)
         self.combiner = self._resolve_combiner(self.profile.combiner)
         self.stages = self._resolve_stages()  # name -> stage, in topological order
+        # Per-task time limits from the task's reference (rtlreward.calibration); `calibrate=False` keeps the
+        # profile's limits for every task (a conformance run that must use the benchmark's own).
+        self.calibrator: Calibrator | None = Calibrator(self.stages) if calibrate else None
         if cache is True:
             self.cache: ResultCache | None = ResultCache()
         elif cache is False or cache is None:
@@ -346,11 +351,60 @@ class Engine:
             self.registry.reward_computed(task, candidate, reward)
         return reward
 
-    def _score_uncached(self, task: Task, candidate: Candidate, task_fp: str) -> Reward:
+    def _limits(self, task: Task, task_fp: str) -> Mapping[str, float]:
+        """The task's calibrated per-command limits by stage: a health report's (in the task's metadata, read by
+        `_settings`), else measured from its reference once (rtlreward.calibration), else none."""
+        if self.calibrator is None or not task.reference or STAGE_LIMITS in task.metadata:
+            return {}
+        key = self._calibration_key(task, task_fp)
+        return self.calibrator.limits(key, lambda: self._measure_reference(task, task_fp))
+
+    def _calibration_key(self, task: Task, task_fp: str) -> str:
+        assert self.calibrator is not None
+        context = {
+            "stages": {
+                n: [str(getattr(s, "version", "")), self._tools(n, s), repr(self.profile.settings(n))]
+                for n, s in self.stages.items()
+            },
+            "executor": self._executor_desc,
+            "memory_mb": self.memory_mb,
+        }
+        return self.calibrator.key(task_fp, context)
+
+    def _measure_reference(self, task: Task, task_fp: str) -> Reward | None:
+        try:
+            reference = Candidate(files=dict(task.reference))
+            return self._score_uncached(task, reference, task_fp, limits={}, quiet=True)
+        except Exception as exc:
+            log.warning("could not time the reference of %s for its limits: %r", task.id, exc)
+            return None
+
+    def _score_uncached(
+        self,
+        task: Task,
+        candidate: Candidate,
+        task_fp: str,
+        *,
+        limits: Mapping[str, float] | None = None,
+        quiet: bool = False,
+    ) -> Reward:
+        offer = None
+        if limits is None:
+            if (
+                self.calibrator is not None
+                and candidate.files is not None
+                and task.reference
+                and (dict(candidate.files) == dict(task.reference))
+            ):
+                # The reference itself (an evaluation of references, a health check): its own run is the
+                # measurement, so it is not run twice.
+                limits, offer = {}, self._calibration_key(task, task_fp)
+            else:
+                limits = self._limits(task, task_fp)
         workspace = self._workspace(task)
         results: dict[str, StageResult] | None = None
         try:
-            results, answer = self._run_graph(task, candidate, task_fp, workspace)
+            results, answer = self._run_graph(task, candidate, task_fp, workspace, limits, quiet)
         finally:
             abandoned = results is None or any(
                 d.code == ENGINE_DEADLINE for r in results.values() for d in r.diagnostics
@@ -377,18 +431,24 @@ class Engine:
                     release(workspace)
                 except Exception as exc:
                     log.warning("could not release the workspace %s: %r", workspace, exc)
-        return self._combine(task, candidate, results, answer)
+        reward = self._combine(task, candidate, results, answer)
+        if offer is not None and self.calibrator is not None and STAGE_LIMITS not in task.metadata:
+            self.calibrator.record(offer, reward)
+        return reward
 
     def _settings(
-        self, name: str, stage: Any, task: Task | None = None
+        self, name: str, stage: Any, task: Task | None = None, limits: Mapping[str, float] | None = None
     ) -> tuple[float, float, int | None, dict[str, Any]]:
         """(per-command timeout, stage deadline, memory, options). A task may carry calibrated limits
-        (`metadata["stage_limits"]`, from a task health report): a shorter one replaces the profile's timeout, and
-        the deadline follows it, so a candidate that hangs is cut in seconds."""
+        (`metadata["stage_limits"]`, from a task health report, or `limits` measured from its reference): a
+        shorter one replaces the profile's timeout, and the deadline follows it, so a candidate that hangs is cut
+        in seconds."""
         s = self.profile.settings(name)
         timeout = float(s.timeout or getattr(stage, "default_timeout", 60.0) or 60.0)
         deadline = float(s.deadline or timeout * GUARD_FACTOR + GUARD_GRACE)
         calibrated = _calibrated_limit(task, name)
+        if calibrated is None and limits and limits.get(name, 0) > 0:
+            calibrated = float(limits[name])
         if calibrated is not None and calibrated < timeout:
             timeout = calibrated
             deadline = min(deadline, timeout * GUARD_FACTOR + GUARD_GRACE)
@@ -396,7 +456,13 @@ class Engine:
         return timeout, deadline, memory, dict(s.options)
 
     def _run_graph(
-        self, task: Task, candidate: Candidate, task_fp: str, workspace: Path
+        self,
+        task: Task,
+        candidate: Candidate,
+        task_fp: str,
+        workspace: Path,
+        limits: Mapping[str, float] | None = None,
+        quiet: bool = False,
     ) -> tuple[dict[str, StageResult], Answer]:
         results: dict[str, StageResult] = {}
         pending = list(self.stages)
@@ -410,8 +476,18 @@ class Engine:
             products[FILES] = answer.files
         owners = {stage: p for p, stage in self.providers.items()}
 
+        calibrated: dict[str, float] = {}  # stage -> the calibrated per-command limit it ran under
+
         def finish(name: str, result: StageResult) -> None:
             nonlocal answer
+            if name in calibrated and result.status is Status.TIMEOUT:
+                note = Diagnostic(
+                    f"time limit {calibrated[name]:g} s per command, calibrated from this task's reference "
+                    "(rtlreward.calibration: 10x its time in this stage, at least 2 s)",
+                    severity="info",
+                    code="calibrated-limit",
+                )
+                result = attrs.evolve(result, diagnostics=(*result.diagnostics, note))
             for product, provider in self.providers.items():
                 if provider != name:
                     continue
@@ -422,7 +498,8 @@ class Engine:
                 else:
                     products[product] = result.artifacts.get(product)
             results[name] = result
-            self.registry.stage_finished(task, candidate, result)
+            if not quiet:  # the reference timed for its limits is no candidate: plugins never see it
+                self.registry.stage_finished(task, candidate, result)
 
         while pending or running:
             progressed = False
@@ -447,7 +524,10 @@ class Engine:
                         ),
                     )
                     continue
-                timeout, deadline, memory, options = self._settings(name, stage, task)
+                timeout, deadline, memory, options = self._settings(name, stage, task, limits)
+                own = (limits or {}).get(name) or _calibrated_limit(task, name)
+                if own is not None and abs(timeout - own) < 1e-9:
+                    calibrated[name] = timeout
                 needs = self.needs(name)
                 reads_files = FILES in needs
                 files = dict(products.get(FILES) or {}) if reads_files else {}

@@ -104,7 +104,6 @@ def _access_lines(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "rtlreward.server.access"]
 
 
-
 def test_health_reports_load(server):
     status, _, body = sh.request(server + "/health")
     assert status == 200 and body["status"] == "ok" and body["tasks"] == 1

@@ -65,7 +65,17 @@ class CompileStage(Stage):
             return self.result(Status.ERROR, 0.0, diagnostics=[d])
         metrics = {"errors": len(errors), "warnings": sum(d.severity == "warning" for d in diags)}
         if res.returncode == 0:
-            return self.result(Status.PASSED, 1.0, metrics=metrics, diagnostics=diags)
+            # What elaborated, for a later stage that would run the same command again (the tests stage's
+            # check that the answer elaborates on its own: rtlreward_hdl.simrun).
+            flags = [str(x) for x in ctx.options.get("flags", ())]
+            done = {"top": top, "sources": sorted(sources), "flags": flags} if top else None
+            return self.result(
+                Status.PASSED,
+                1.0,
+                metrics=metrics,
+                diagnostics=diags,
+                artifacts={"elaborated": done} if done else None,
+            )
         if not errors:
             text = " ".join(
                 ln.strip()

@@ -263,6 +263,9 @@ class EquivalenceStage(Stage):
     weight = 1.0
     description = "formal (Yosys/ABC) and simulated (Icarus) equivalence to the task's reference design"
     default_timeout = 30.0
+    # Its budgets come from the reference already (the self-proof's, the reference's simulation time): the
+    # engine's per-task calibration (rtlreward.calibration) leaves its limit alone.
+    calibrate = False
 
     def tool_versions(self) -> dict[str, str]:
         py = _pyosys_version()

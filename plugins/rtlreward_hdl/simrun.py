@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -259,38 +259,12 @@ def run_testbench(
     argv_sources = [f"./{p}" for p in sources]  # a file named "-o.v" stays a file name
     limit = min(float(ctx.timeout), 60.0)
 
-    # 1. The answer alone: references into the testbench or to the reference module cannot resolve here.
-    iso = ctx.run(
-        ["iverilog", "-g2012", "-s", toplevel, "-o", "_rtlreward_isolated.vvp", *pre, *argv_sources],
-        cwd=root,
-        timeout=limit,
-    )
-    if iso.timed_out:
-        d = Diagnostic(f"iverilog did not finish within {limit:g} s", code="timeout")
-        return ended("isolate", Status.TIMEOUT, [d], compile=iso)
-    if iso.returncode != 0:
-        # Every located message: "Include file x not found" carries no "error:" yet is the cause.
-        diags = [
-            attrs.evolve(d, severity="error")
-            for d in parse_iverilog(iso.output, root)
-            if d.severity != "warning"
-        ]
-        if iso.returncode == 127 and not diags:
-            d = Diagnostic("Icarus Verilog is not installed: `apt-get install iverilog`", code="tool-missing")
-            return ended("isolate", Status.ERROR, [d], compile=iso)
-        if "Unable to find the root module" in iso.output and not diags:
-            head = Diagnostic(f"the answer does not define module {toplevel}", code="missing-module")
-        elif any(s in iso.output for s in ("Unable to bind", "Could not find", "Unknown module type")):
-            head = Diagnostic(
-                f"module {toplevel} does not elaborate on its own: every name it uses must be defined in the "
-                "answer (no references into the testbench, no use of the benchmark's reference module)",
-                code="not-self-contained",
-            )
-        else:
-            head = Diagnostic(
-                f"the answer does not compile (iverilog -g2012 -s {toplevel})", code="compile-failed"
-            )
-        return ended("isolate", Status.FAILED, [head, *diags], compile=iso)
+    # 1. The answer alone: references into the testbench or to the reference module cannot resolve here. When
+    # the compile stage already elaborated exactly these files under this top on their own, that was this check.
+    if not _elaborated_alone(ctx, toplevel, sources, answer, prelude):
+        iso_run = _isolate(ctx, root, toplevel, pre, argv_sources, limit, ended)
+        if iso_run is not None:
+            return iso_run
 
     # 2. The answer with the testbench, the way the benchmark compiles it; the harness wins every name clash.
     write_files(root, {k: (tag_testbench(v, tag) if k in testbench else v) for k, v in harness.items()})
@@ -338,6 +312,67 @@ def run_testbench(
         )
         return ended("sim", Status.ERROR, [d], compile=comp, sim=sim)
     return SimRun(stage="sim", tag=tag, root=root, compile=comp, sim=sim)
+
+
+def _elaborated_alone(
+    ctx: StageContext, toplevel: str, sources: Sequence[str], answer: Mapping[str, str], prelude: str | None
+) -> bool:
+    """The compile stage passed `iverilog -g2012 -s <toplevel>` over exactly the answer's sources, with no
+    other file, flag, prelude or `include: the same command as the isolation check, already run."""
+    prior = ctx.results.get("compile")
+    done = prior.artifacts.get("elaborated") if prior is not None and prior.passed else None
+    if not isinstance(done, Mapping) or prelude:
+        return False
+    return (
+        done.get("top") == toplevel
+        and not done.get("flags")
+        and sorted(str(s) for s in done.get("sources") or ()) == sorted(sources)
+        and not any("`include" in answer[p] for p in sources)
+    )
+
+
+def _isolate(
+    ctx: StageContext,
+    root: Path,
+    toplevel: str,
+    pre: Sequence[str],
+    argv_sources: Sequence[str],
+    limit: float,
+    ended: Callable[..., SimRun],
+) -> SimRun | None:
+    """Compile the answer alone: the SimRun that ends the run when it does not elaborate, else None."""
+    iso = ctx.run(
+        ["iverilog", "-g2012", "-s", toplevel, "-o", "_rtlreward_isolated.vvp", *pre, *argv_sources],
+        cwd=root,
+        timeout=limit,
+    )
+    if iso.timed_out:
+        d = Diagnostic(f"iverilog did not finish within {limit:g} s", code="timeout")
+        return ended("isolate", Status.TIMEOUT, [d], compile=iso)
+    if iso.returncode != 0:
+        # Every located message: "Include file x not found" carries no "error:" yet is the cause.
+        diags = [
+            attrs.evolve(d, severity="error")
+            for d in parse_iverilog(iso.output, root)
+            if d.severity != "warning"
+        ]
+        if iso.returncode == 127 and not diags:
+            d = Diagnostic("Icarus Verilog is not installed: `apt-get install iverilog`", code="tool-missing")
+            return ended("isolate", Status.ERROR, [d], compile=iso)
+        if "Unable to find the root module" in iso.output and not diags:
+            head = Diagnostic(f"the answer does not define module {toplevel}", code="missing-module")
+        elif any(s in iso.output for s in ("Unable to bind", "Could not find", "Unknown module type")):
+            head = Diagnostic(
+                f"module {toplevel} does not elaborate on its own: every name it uses must be defined in the "
+                "answer (no references into the testbench, no use of the benchmark's reference module)",
+                code="not-self-contained",
+            )
+        else:
+            head = Diagnostic(
+                f"the answer does not compile (iverilog -g2012 -s {toplevel})", code="compile-failed"
+            )
+        return ended("isolate", Status.FAILED, [head, *diags], compile=iso)
+    return None
 
 
 _NOT_FOUND = ("No such file or directory", "not found", "cannot run")

@@ -180,10 +180,15 @@ def check_tasks(
     `unchecked` entry saying why."""
     from rtlreward.engine import Engine
 
-    harness = Engine(HARNESS_PROFILE, executor=settings.executor, jobs=settings.jobs, registry=registry)
+    # The check measures the references itself: no engine calibration (rtlreward.calibration) on top.
+    harness = Engine(
+        HARNESS_PROFILE, executor=settings.executor, jobs=settings.jobs, registry=registry, calibrate=False
+    )
     have_equiv = "equivalence" in harness.registry.stages()
     equiv = (
-        Engine(EQUIV_PROFILE, executor=settings.executor, jobs=settings.jobs, registry=registry)
+        Engine(
+            EQUIV_PROFILE, executor=settings.executor, jobs=settings.jobs, registry=registry, calibrate=False
+        )
         if have_equiv
         else None
     )
@@ -290,7 +295,12 @@ def _stub_rewards(
         if profile == "equiv" and not have_equiv:
             continue
         with Engine(
-            profile, executor=settings.executor, jobs=settings.jobs, registry=registry, cache=False
+            profile,
+            executor=settings.executor,
+            jobs=settings.jobs,
+            registry=registry,
+            cache=False,
+            calibrate=False,
         ) as eng:
             mine = [(t, c) for t, c in items if profile != "equiv" or t.reference]
             rewards = eng.score_batch(mine)

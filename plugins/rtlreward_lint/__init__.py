@@ -20,7 +20,13 @@ from rtlreward_hdl.files import (
     toplevel,
     unsafe_includes,
 )
-from rtlreward_hdl.verilator import VerilatorNotFound, parse_verilator, verilator_bin_dir, verilator_version
+from rtlreward_hdl.verilator import (
+    VerilatorNotFound,
+    direct_verilator,
+    parse_verilator,
+    verilator_bin_dir,
+    verilator_version,
+)
 
 __all__ = ["LintStage"]
 
@@ -72,7 +78,7 @@ class LintStage(Stage):
             argv += ["--top-module", top]
         argv += [f"-I{d}" for d in include_dirs(sources)]
         argv += sources
-        res = ctx.run(argv, cwd=root, path_prepend=[bindir])
+        res = ctx.run(direct_verilator(argv), cwd=root, path_prepend=[bindir])
         if res.timed_out:
             d = Diagnostic(f"Verilator did not finish within {ctx.timeout:g} s", code="timeout")
             return self.result(Status.TIMEOUT, 0.0, diagnostics=[d], feedback=d.message)

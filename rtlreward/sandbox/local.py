@@ -60,6 +60,7 @@ import ctypes
 import errno
 import fcntl
 import functools
+import hashlib
 import os
 import resource
 import selectors
@@ -631,10 +632,13 @@ class _Lease:
 
 class _SlotPool:
     """Leases of sandbox uids across every process on this machine: `<uid>.lock` is held shared by the runs
-    using the uid, `<uid>.owner` names their workspace, and `meta.lock` serialises taking and returning."""
+    using the uid, `<uid>.owner` names their workspace, and `meta.lock` serialises taking and returning.
+    `ws-<hash of the workspace>` holds the uid last leased for a workspace, so finding the uid of a workspace
+    reads two files instead of every uid's owner (a hint only: the owner file decides)."""
 
     def __init__(self, uids: Sequence[int], state_dir: str) -> None:
         self.uids = list(uids)
+        self._known = frozenset(self.uids)
         self.dir = state_dir
 
     @contextlib.contextmanager
@@ -653,7 +657,29 @@ class _SlotPool:
         except OSError:
             return ""
 
+    def _index(self, workspace: str) -> str:
+        digest = hashlib.sha256(workspace.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        return os.path.join(self.dir, f"ws-{digest}")
+
+    def leased(self, workspace: str) -> int | None:
+        """The uid leased for `workspace` now, if any (call under meta.lock)."""
+        try:
+            with open(self._index(workspace)) as fh:
+                uid = int(fh.read().strip() or -1)
+        except (OSError, ValueError):
+            return None
+        return uid if uid in self._known and self.owner(uid) == workspace else None
+
     def set_owner(self, uid: int, workspace: str) -> None:
+        before = self.owner(uid)
+        if before and before != workspace:
+            with contextlib.suppress(OSError):
+                os.unlink(self._index(before))
+        if workspace:
+            tmp = os.path.join(self.dir, f".ws-{uid}.tmp")
+            with open(tmp, "w") as fh:
+                fh.write(str(uid))
+            os.replace(tmp, self._index(workspace))
         fd = os.open(
             os.path.join(self.dir, f"{uid}.owner"),
             os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
@@ -674,8 +700,9 @@ class _SlotPool:
         # The uid already leased for this workspace comes first, whatever its place in the pool: a concurrent run
         # in the same workspace (another stage of the candidate) must share it. Taking a free uid instead would
         # hand the workspace to a second uid, and whichever lease ended first would lock the other run out of it.
-        mine = [u for u in self.uids if self.owner(u) == workspace]
-        order = [*mine, *(u for u in self.uids if u not in mine)]
+        uid_of = self.leased(workspace)
+        mine = [uid_of] if uid_of is not None else []
+        order = [*mine, *(u for u in self.uids if u != uid_of)]
         for uid in order:
             fd = os.open(os.path.join(self.dir, f"{uid}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
