@@ -68,6 +68,11 @@ class FunnelRow:
     through: int  # passed this stage and every one before it
     status: dict[str, int]
     mean_score: float
+    # Where the time went: the stage's wall time per reply that ran it (not from the cache); None when the rows
+    # recorded none. `share`: its part of all stages' time in this run.
+    p50_s: float | None = None
+    p95_s: float | None = None
+    share: float | None = None
 
 
 @attrs.frozen
@@ -159,13 +164,23 @@ def _overview(run: Run, samples: Sequence[Sample]) -> dict[str, Any]:
     }
 
 
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-quantile (0..1) by the nearest rank; None for no values."""
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
+
+
 def _funnel(run: Run, samples: Sequence[Sample]) -> tuple[FunnelRow, ...]:
     rows = []
     alive = set(range(len(samples)))
+    times: dict[str, list[float]] = {}
     for stage in run.stage_order:
         status: dict[str, int] = defaultdict(int)
         scores = []
         passed = 0
+        spent = times.setdefault(stage, [])
         for i, s in enumerate(samples):
             st = s.stages.get(stage)
             if st is None:
@@ -173,6 +188,8 @@ def _funnel(run: Run, samples: Sequence[Sample]) -> tuple[FunnelRow, ...]:
             status[st.status] += 1
             if st.status != "skipped":
                 scores.append(st.score)
+                if st.seconds is not None:
+                    spent.append(st.seconds)
             if st.status == "passed":
                 passed += 1
             else:
@@ -180,9 +197,19 @@ def _funnel(run: Run, samples: Sequence[Sample]) -> tuple[FunnelRow, ...]:
         ran = sum(v for k, v in status.items() if k != "skipped")
         rows.append(
             FunnelRow(
-                stage, ran, passed, len(alive), dict(status), (sum(scores) / len(scores)) if scores else 0.0
+                stage,
+                ran,
+                passed,
+                len(alive),
+                dict(status),
+                (sum(scores) / len(scores)) if scores else 0.0,
+                percentile(spent, 0.5),
+                percentile(spent, 0.95),
             )
         )
+    total = sum(sum(v) for v in times.values())
+    if total > 0:
+        rows = [attrs.evolve(r, share=sum(times[r.stage]) / total) for r in rows]
     return tuple(rows)
 
 

@@ -245,6 +245,9 @@ class _Page:
                     e(f.through),
                     e(", ".join(f"{k} {n}" for k, n in sorted(f.status.items()) if k != "passed") or "-"),
                     e(num(f.mean_score)),
+                    e("-" if f.p50_s is None else f"{f.p50_s:.3f}"),
+                    e("-" if f.p95_s is None else f"{f.p95_s:.3f}"),
+                    e(pct(f.share)),
                 ]
                 for f in v.funnel
             ]
@@ -258,9 +261,12 @@ class _Page:
                         "passed all so far",
                         "other statuses",
                         "mean score",
+                        "p50 s",
+                        "p95 s",
+                        "time",
                     ],
                     rows,
-                    (1, 2, 3, 4, 6),
+                    (1, 2, 3, 4, 6, 7, 8, 9),
                 )
             )
         out.append("</div></div>")

@@ -93,7 +93,8 @@ def _overview(r: Report) -> str:
 def _funnel(r: Report) -> str:
     out = [
         "How many replies passed each stage, in the order the engine runs them; *passed all so far* counts "
-        "replies that passed that stage and every stage before it.\n"
+        "replies that passed that stage and every stage before it. *p50 s* / *p95 s*: the stage's wall time per "
+        "reply that ran it (results from the cache left out); *time*: its share of all stages' time.\n"
     ]
     for v in r.results:
         out.append(_multi(r.results, v))
@@ -106,17 +107,35 @@ def _funnel(r: Report) -> str:
                 str(f.through),
                 md(", ".join(f"{k} {n}" for k, n in sorted(f.status.items()) if k != "passed") or "-"),
                 num(f.mean_score),
+                _secs(f.p50_s),
+                _secs(f.p95_s),
+                pct(f.share),
             ]
             for f in v.funnel
         ]
         out.append(
             table(
-                ["stage", "ran", "passed", "pass rate", "passed all so far", "other statuses", "mean score"],
+                [
+                    "stage",
+                    "ran",
+                    "passed",
+                    "pass rate",
+                    "passed all so far",
+                    "other statuses",
+                    "mean score",
+                    "p50 s",
+                    "p95 s",
+                    "time",
+                ],
                 rows,
-                (1, 2, 3, 4, 6),
+                (1, 2, 3, 4, 6, 7, 8, 9),
             )
         )
     return "\n".join(x for x in out if x)
+
+
+def _secs(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
 
 
 def _rewards(r: Report) -> str:

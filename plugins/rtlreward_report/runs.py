@@ -80,6 +80,7 @@ class StageView:
     diagnostics: tuple[Finding, ...] = ()
     metrics: dict[str, Any] = attrs.field(factory=dict)
     feedback: str = ""
+    seconds: float | None = None  # the stage's wall time in this run (None: not recorded, or from the cache)
 
     @property
     def failing(self) -> bool:
@@ -261,6 +262,7 @@ def _stage_view(name: str, st: Any) -> StageView:
         diagnostics=_diagnostics(name, st.get("diagnostics")),
         metrics=dict(st["metrics"]) if isinstance(st.get("metrics"), Mapping) else {},
         feedback=str(st.get("feedback") or ""),
+        seconds=None if st.get("cached") or st.get("seconds") is None else _float(st.get("seconds")),
     )
 
 

@@ -4,7 +4,7 @@ The first line is a header with the run's settings (`rtlreward.evaluate.settings
 sample's log (docs/evaluate.md, "Results file"):
 
     {"id", "sample", "reward", "passed", "max_total", "profile", "category", "difficulty", "task_hash", "seconds",
-     "stages": {name: {"status", "score", "metrics", "diagnostics": [...], "feedback"}},
+     "stages": {name: {"status", "score", "seconds", "cached", "metrics", "diagnostics": [...], "feedback"}},
      "metrics", "diagnostics", "feedback", "tests": [passed, total], "reply" / "files" (with --keep-replies)}
 
 Each diagnostic is `{"code", "severity", "message", "file", "line", "fields"}` with a stable, namespaced code
@@ -37,6 +37,9 @@ def result_row(task: Task, sample: int, reward: Any, candidate: Candidate | None
         name: {
             "status": _status(r),
             "score": round(float(r.score), 6),
+            # the stage's own wall time (a cached result: the run that made it), so a batch's time can be split
+            "seconds": round(float(getattr(r, "duration", 0.0) or 0.0), 4),
+            "cached": bool(getattr(r, "cached", False)),
             "metrics": dict(getattr(r, "metrics", None) or {}),
             "diagnostics": [diagnostic_row(name, d) for d in getattr(r, "diagnostics", ()) or ()],
             "feedback": str(getattr(r, "feedback", "") or ""),
