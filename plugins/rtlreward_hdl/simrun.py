@@ -277,7 +277,23 @@ def run_testbench(
     if reset:
         write_files(root, {RESET_FILE: reset})
     argv += ["-o", "_rtlreward_sim.vvp", *pre, *argv_sources, *([RESET_FILE] if reset else []), *testbench]
-    comp = ctx.run(argv, cwd=root, timeout=limit)
+    # 2+3 in one sandboxed command (one sandbox set-up, not two): the compile's output and exit status go to files,
+    # then, if it built, `vvp` runs under its own time limit with its output on the command's pipes (capped as
+    # any command's). Nothing of the answer runs before the compile's status is written, and the design cannot
+    # write files (control_tasks), so what the files say is the compiler's.
+    t = max(1.0, min(float(sim_timeout), float(ctx.timeout)))
+    for left in ("_rtlreward_compile.rc", "_rtlreward_compile.log"):
+        (root / left).unlink(missing_ok=True)
+    both = ctx.run(
+        ["sh", "-c", _COMPILE_THEN_SIM.format(t=f"{t:g}"), "sh", *argv], cwd=root, timeout=limit + t + 5
+    )
+    comp = _compile_part(both, argv, root)
+    if comp is None:
+        if both.timed_out:
+            d = Diagnostic(f"iverilog did not finish within {limit:g} s", code="timeout")
+            return ended("compile", Status.TIMEOUT, [d], compile=both)
+        d = Diagnostic(f"the compile step did not run: {both.output.strip()[:300]}", code="tool-missing")
+        return ended("compile", Status.ERROR, [d], compile=both)
     if comp.timed_out:
         d = Diagnostic(f"iverilog did not finish within {limit:g} s", code="timeout")
         return ended("compile", Status.TIMEOUT, [d], compile=comp)
@@ -294,9 +310,12 @@ def run_testbench(
             ]
         return ended("compile", Status.FAILED, diags, compile=comp)
 
-    # 3. Simulate. -n: a $stop cannot open vvp's interactive prompt.
-    t = max(1.0, min(float(sim_timeout), float(ctx.timeout)))
-    sim = ctx.run(["vvp", "-n", "_rtlreward_sim.vvp"], cwd=root, timeout=t)
+    # 3. The simulation's part of the command.
+    sim = attrs.evolve(
+        both,
+        argv=("vvp", "-n", "_rtlreward_sim.vvp"),
+        timed_out=both.timed_out or both.returncode in (124, 137),
+    )
     if sim.timed_out:
         d = Diagnostic(
             f"the simulation did not finish within {t:g} s (a loop that never advances time, or a design that "
@@ -312,6 +331,38 @@ def run_testbench(
         )
         return ended("sim", Status.ERROR, [d], compile=comp, sim=sim)
     return SimRun(stage="sim", tag=tag, root=root, compile=comp, sim=sim)
+
+
+# Compile (argv in "$@"), record its output and status, then simulate under `timeout` (124: the limit fired; 137:
+# it had to SIGKILL). -n: a $stop cannot open vvp's interactive prompt.
+_COMPILE_THEN_SIM = (
+    '"$@" >_rtlreward_compile.log 2>&1; rc=$?; echo "$rc" >_rtlreward_compile.rc; '
+    '[ "$rc" -eq 0 ] || exit 0; exec timeout -k 1 {t} vvp -n _rtlreward_sim.vvp'
+)
+_LOG_LIMIT = 1 << 20
+
+
+def _compile_part(both: CommandResult, argv: Sequence[str], root: Path) -> CommandResult | None:
+    """The compile step's result from the files it left; None when it never finished."""
+    try:
+        rc = int((root / "_rtlreward_compile.rc").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        with open(root / "_rtlreward_compile.log", "rb") as fh:
+            raw = fh.read(_LOG_LIMIT + 1)
+    except OSError:
+        raw = b""
+    text = raw[:_LOG_LIMIT].decode(errors="replace") + (
+        "\n[output truncated]" if len(raw) > _LOG_LIMIT else ""
+    )
+    return CommandResult(
+        argv=tuple(argv),
+        returncode=rc,
+        stdout=text,
+        sandboxed=both.sandboxed,
+        truncated=len(raw) > _LOG_LIMIT,
+    )
 
 
 def _elaborated_alone(
