@@ -40,6 +40,7 @@ import attrs
 from rtlreward import hookimpl
 from rtlreward.model import Diagnostic, StageResult, Status
 from rtlreward.stage import Stage, StageContext, UnsafePath, safe_relpath
+from rtlreward_hdl.simrun import compile_then_run
 
 from . import diffsim, formal, view
 from .design import (
@@ -565,16 +566,31 @@ class EquivalenceStage(Stage):
         argv = ["iverilog", "-g2012", "-o", f"{rel}/tb.vvp", "-s", tb_name]
         argv += [f"-I{d}" for d in files.incdirs]
         argv += [f"{rel}/tb.sv", *files.units]
-        res = ctx.run(argv, cwd=work)
+        # The compile and the run in one sandboxed command (rtlreward_hdl.simrun.compile_then_run).
+        res, run = compile_then_run(
+            ctx,
+            argv,
+            ["vvp", "-n", "tb.vvp"],
+            cwd=work,
+            run_cwd=sim_dir,
+            compile_limit=float(ctx.timeout),
+            run_limit=timeout,
+        )
+        if res is None:
+            if _missing_tool(run, "sh"):
+                return _Sim(None, "missing")
+            what = "did not finish" if run.timed_out else f"did not run ({run.output.strip()[:200]})"
+            return _Sim(None, f"iverilog {what}", run.duration)
         if _missing_tool(res, "iverilog"):
             return _Sim(None, "missing")
-        if res.returncode != 0 or res.timed_out:
+        if res.returncode != 0:
             lines = [ln.strip() for ln in res.output.splitlines() if ln.strip() and "I give up" not in ln]
             msg = "; ".join(lines[:4])[:400] or f"iverilog exit {res.returncode}"
             for name, orig in files.names.items():
                 msg = msg.replace(name, orig)
-            return _Sim(None, msg, res.duration)
-        run = ctx.run(["vvp", "-n", "tb.vvp"], cwd=sim_dir, timeout=timeout)
+            return _Sim(None, msg, run.duration)
+        if _missing_tool(run, "vvp"):
+            return _Sim(None, "missing")
         trace = diffsim.parse_trace(run.stdout, nonce, plan, len(stim))
         return _Sim(trace, "", run.duration, run.timed_out)
 

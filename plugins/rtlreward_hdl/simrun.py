@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -43,6 +44,7 @@ from rtlreward_hdl.preprocess import FILE_NAMES, ICARUS, OUTSIDE_NAMES, hdl_file
 
 __all__ = [
     "SimRun",
+    "compile_then_run",
     "control_tasks",
     "run_testbench",
     "split_tagged",
@@ -277,17 +279,12 @@ def run_testbench(
     if reset:
         write_files(root, {RESET_FILE: reset})
     argv += ["-o", "_rtlreward_sim.vvp", *pre, *argv_sources, *([RESET_FILE] if reset else []), *testbench]
-    # 2+3 in one sandboxed command (one sandbox set-up, not two): the compile's output and exit status go to files,
-    # then, if it built, `vvp` runs under its own time limit with its output on the command's pipes (capped as
-    # any command's). Nothing of the answer runs before the compile's status is written, and the design cannot
-    # write files (control_tasks), so what the files say is the compiler's.
+    # 2+3 in one sandboxed command (compile_then_run). The design cannot write files (control_tasks), so what the
+    # compile's files say is the compiler's.
     t = max(1.0, min(float(sim_timeout), float(ctx.timeout)))
-    for left in ("_rtlreward_compile.rc", "_rtlreward_compile.log"):
-        (root / left).unlink(missing_ok=True)
-    both = ctx.run(
-        ["sh", "-c", _COMPILE_THEN_SIM.format(t=f"{t:g}"), "sh", *argv], cwd=root, timeout=limit + t + 5
+    comp, both = compile_then_run(
+        ctx, argv, ["vvp", "-n", "_rtlreward_sim.vvp"], cwd=root, compile_limit=limit, run_limit=t
     )
-    comp = _compile_part(both, argv, root)
     if comp is None:
         if both.timed_out:
             d = Diagnostic(f"iverilog did not finish within {limit:g} s", code="timeout")
@@ -310,12 +307,7 @@ def run_testbench(
             ]
         return ended("compile", Status.FAILED, diags, compile=comp)
 
-    # 3. The simulation's part of the command.
-    sim = attrs.evolve(
-        both,
-        argv=("vvp", "-n", "_rtlreward_sim.vvp"),
-        timed_out=both.timed_out or both.returncode in (124, 137),
-    )
+    sim = both  # 3. the simulation's part of the command
     if sim.timed_out:
         d = Diagnostic(
             f"the simulation did not finish within {t:g} s (a loop that never advances time, or a design that "
@@ -333,13 +325,49 @@ def run_testbench(
     return SimRun(stage="sim", tag=tag, root=root, compile=comp, sim=sim)
 
 
-# Compile (argv in "$@"), record its output and status, then simulate under `timeout` (124: the limit fired; 137:
-# it had to SIGKILL). -n: a $stop cannot open vvp's interactive prompt.
-_COMPILE_THEN_SIM = (
+# Compile ("$@": the answer's file names are arguments, never shell text), record its output and exit status in
+# files, then, if it built, run the simulation under `timeout` (124: the limit fired; 137: it had to SIGKILL).
+_COMPILE_THEN_RUN = (
     '"$@" >_rtlreward_compile.log 2>&1; rc=$?; echo "$rc" >_rtlreward_compile.rc; '
-    '[ "$rc" -eq 0 ] || exit 0; exec timeout -k 1 {t} vvp -n _rtlreward_sim.vvp'
+    '[ "$rc" -eq 0 ] || exit 0; cd {cwd} || exit 0; exec timeout -k 1 {limit} {run}'
 )
 _LOG_LIMIT = 1 << 20
+_COMPILE_FILES = ("_rtlreward_compile.rc", "_rtlreward_compile.log")
+
+
+def compile_then_run(
+    ctx: StageContext,
+    compile_argv: Sequence[str],
+    run_argv: Sequence[str],
+    *,
+    cwd: Path,
+    compile_limit: float,
+    run_limit: float,
+    run_cwd: Path | None = None,
+) -> tuple[CommandResult | None, CommandResult]:
+    """An Icarus compile and the simulation it built, in one sandboxed command (one sandbox set-up, not two):
+    the compile's output and exit status go to files in `cwd`, then, when it built, `run_argv` runs in `run_cwd`
+    under its own `run_limit` with its output on the command's pipes (capped as any command's). Returns (the
+    compile's result, None when it never finished; the whole command's result, which is the run's when the
+    compile built: `timed_out` then says the run's limit fired). Nothing of the design runs before the
+    compile's status is written. `run_argv` is the caller's own command (it is shell text), never the answer's."""
+    for left in _COMPILE_FILES:
+        (cwd / left).unlink(missing_ok=True)
+    rel = os.path.relpath(run_cwd or cwd, cwd)
+    script = _COMPILE_THEN_RUN.format(
+        cwd=shlex.quote(rel), limit=f"{run_limit:g}", run=" ".join(shlex.quote(a) for a in run_argv)
+    )
+    both = ctx.run(
+        ["sh", "-c", script, "sh", *compile_argv],
+        cwd=cwd,
+        timeout=compile_limit + run_limit + 5,
+    )
+    comp = _compile_part(both, compile_argv, cwd)
+    if comp is not None and comp.returncode == 0:
+        both = attrs.evolve(
+            both, argv=tuple(run_argv), timed_out=both.timed_out or both.returncode in (124, 137)
+        )
+    return comp, both
 
 
 def _compile_part(both: CommandResult, argv: Sequence[str], root: Path) -> CommandResult | None:
@@ -353,15 +381,10 @@ def _compile_part(both: CommandResult, argv: Sequence[str], root: Path) -> Comma
             raw = fh.read(_LOG_LIMIT + 1)
     except OSError:
         raw = b""
-    text = raw[:_LOG_LIMIT].decode(errors="replace") + (
-        "\n[output truncated]" if len(raw) > _LOG_LIMIT else ""
-    )
+    cut = len(raw) > _LOG_LIMIT
+    text = raw[:_LOG_LIMIT].decode(errors="replace") + ("\n[output truncated]" if cut else "")
     return CommandResult(
-        argv=tuple(argv),
-        returncode=rc,
-        stdout=text,
-        sandboxed=both.sandboxed,
-        truncated=len(raw) > _LOG_LIMIT,
+        argv=tuple(argv), returncode=rc, stdout=text, sandboxed=both.sandboxed, truncated=cut
     )
 
 
