@@ -119,7 +119,9 @@ def test_a_health_report_wins_and_calibrate_false_keeps_the_profile(counter, cac
 
 
 def test_a_reference_that_fails_calibrates_nothing(counter, cache_dir, tmp_path):
-    broken = attrs.evolve(counter, reference={"TopModule.sv": counter.reference["TopModule.sv"].replace("10", "9")})
+    broken = attrs.evolve(
+        counter, reference={"TopModule.sv": counter.reference["TopModule.sv"].replace("10", "9")}
+    )
     with Engine("strict", cache=False, jobs=1, workspace_root=tmp_path / "ws") as eng:
         assert eng._limits(broken, broken.fingerprint()) == {}
     (entry,) = _entries(cache_dir)

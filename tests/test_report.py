@@ -154,6 +154,16 @@ def test_numbers_pass_at_k_funnel_and_groups(arbiter_reports):
     funnel = md_section(md, "Stage funnel")
     assert re.search(r"^\| interface \| 6 \| 3 \| 50\.0% \| 3 \|", funnel, re.M), funnel
     assert re.search(r"^\| tests \| 6 \| 3 \| 50\.0% \| 3 \|", funnel, re.M), funnel
+    # Where the time went: each stage's p50/p95 seconds per reply that ran it, and its share of the run's time.
+    rows = {
+        cells[0]: cells
+        for line in funnel.splitlines()
+        if line.startswith("| ") and len(cells := [c.strip() for c in line.strip("|").split("|")]) == 10
+    }
+    tests = rows["tests"]
+    assert 0 < float(tests[7]) <= float(tests[8]), tests
+    shares = [float(r[9].rstrip("%")) for name, r in rows.items() if r[9].endswith("%")]
+    assert abs(sum(shares) - 100) < 1 and float(tests[9].rstrip("%")) == max(shares), rows
     assert "| arbiter | 1 | 6 | 3 | 50.0% |" in md_section(md, "By category")
     assert "| easy | 1 | 6 | 3 | 50.0% |" in md_section(md, "By difficulty")  # from --dataset: rows lack it
 

@@ -60,6 +60,22 @@ class Cause:
     derived: bool = False  # computed by the report from the replies (the rows recorded no diagnostic)
 
 
+# The stage funnel's columns, as both renderers print them, and which of them are numbers.
+FUNNEL_COLUMNS = (
+    "stage",
+    "ran",
+    "passed",
+    "pass rate",
+    "passed all so far",
+    "other statuses",
+    "mean score",
+    "p50 s",
+    "p95 s",
+    "time",
+)
+FUNNEL_NUMERIC = (1, 2, 3, 4, 6, 7, 8, 9)
+
+
 @attrs.frozen
 class FunnelRow:
     stage: str

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rtlreward.version import __version__
-from rtlreward_report.analysis import Cause, Report, ResultsView, TaskDelta
+from rtlreward_report.analysis import FUNNEL_COLUMNS, FUNNEL_NUMERIC, Cause, Report, ResultsView, TaskDelta
 from rtlreward_report.interface import InterfaceView, PortInfo
 from rtlreward_report.plots import Plotter
 from rtlreward_report.runs import Sample
@@ -253,20 +253,9 @@ class _Page:
             ]
             out.append(
                 table(
-                    [
-                        "stage",
-                        "ran",
-                        "passed",
-                        "pass rate",
-                        "passed all so far",
-                        "other statuses",
-                        "mean score",
-                        "p50 s",
-                        "p95 s",
-                        "time",
-                    ],
+                    list(FUNNEL_COLUMNS),
                     rows,
-                    (1, 2, 3, 4, 6, 7, 8, 9),
+                    FUNNEL_NUMERIC,
                 )
             )
         out.append("</div></div>")

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rtlreward.version import __version__
-from rtlreward_report.analysis import Report, ResultsView, Series
+from rtlreward_report.analysis import FUNNEL_COLUMNS, FUNNEL_NUMERIC, Report, ResultsView, Series
 from rtlreward_report.html import MAX_TEXT, SECTIONS, _bins, num, pct, sections_for
 from rtlreward_report.interface import PortInfo
 
@@ -115,20 +115,9 @@ def _funnel(r: Report) -> str:
         ]
         out.append(
             table(
-                [
-                    "stage",
-                    "ran",
-                    "passed",
-                    "pass rate",
-                    "passed all so far",
-                    "other statuses",
-                    "mean score",
-                    "p50 s",
-                    "p95 s",
-                    "time",
-                ],
+                list(FUNNEL_COLUMNS),
                 rows,
-                (1, 2, 3, 4, 6, 7, 8, 9),
+                FUNNEL_NUMERIC,
             )
         )
     return "\n".join(x for x in out if x)
