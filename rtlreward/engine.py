@@ -559,7 +559,7 @@ class Engine:
                     inputs["provides"] = sorted(p for p, s_ in self.providers.items() if s_ == name)
                 thread = threading.Thread(
                     target=self._stage_thread,
-                    args=(name, stage, ctx, task, task_fp, hash_json(inputs), done),
+                    args=(name, stage, ctx, task, task_fp, hash_json(inputs), done, not quiet),
                     name=f"rtlreward-stage-{name}",
                     daemon=True,
                 )
@@ -630,9 +630,10 @@ class Engine:
         task_fp: str,
         inputs: str,
         done: queue.Queue[tuple[str, StageResult]],
+        use_cache: bool = True,
     ) -> None:
         try:
-            result = self._run_stage(name, stage, ctx, task, task_fp, inputs)
+            result = self._run_stage(name, stage, ctx, task, task_fp, inputs, use_cache)
         except BaseException as exc:  # the engine's own bug must still end the stage
             result = StageResult(
                 name=name,
@@ -642,11 +643,20 @@ class Engine:
         done.put((name, result))
 
     def _run_stage(
-        self, name: str, stage: Any, ctx: StageContext, task: Task, task_fp: str, inputs: str
+        self,
+        name: str,
+        stage: Any,
+        ctx: StageContext,
+        task: Task,
+        task_fp: str,
+        inputs: str,
+        use_cache: bool = True,
     ) -> StageResult:
+        """One stage's result, from the cache when it has one (`use_cache=False`: the reference timed for the
+        task's limits, which must really run and leaves nothing behind)."""
         version = str(getattr(stage, "version", ""))
         key = None
-        if self.cache is not None:
+        if self.cache is not None and use_cache:
             key = stage_key(
                 namespace=task.origin,
                 task_fingerprint=task_fp,

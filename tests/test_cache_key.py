@@ -137,7 +137,8 @@ REAL = Task(id="real", expected_files=("rtl/top.sv",), toplevel="top", reference
 
 
 def service(cache: Any) -> RewardService:
-    engine = Engine(REF_PROFILE, registry=h.registry({"ref": RefPlugin()}), cache=cache)
+    # No calibration (rtlreward.calibration): these tests count the stage's runs for one scoring each.
+    engine = Engine(REF_PROFILE, registry=h.registry({"ref": RefPlugin()}), cache=cache, calibrate=False)
     return RewardService(engine, [REAL], allow_inline_tasks=True)
 
 

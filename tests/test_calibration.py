@@ -156,3 +156,17 @@ def test_limits_from_leaves_out_cached_failed_and_self_budgeted_stages():
     assert limits_from(attrs.evolve(reward, passed=False), stages) == {}
     cal = Calibrator(stages, directory=None)
     assert cal.key("a", {"x": 1}) != cal.key("b", {"x": 1}) != cal.key("a", {"x": 2})
+
+
+def test_the_measurement_runs_every_stage_even_when_the_result_cache_holds_the_reference(
+    counter, cache_dir, tmp_path
+):
+    db = tmp_path / "results.sqlite"
+    with Engine("strict", cache=db, jobs=1, calibrate=False, workspace_root=tmp_path / "ws") as warm:
+        assert warm.score(counter, dict(counter.reference)).passed  # the reference's results now in the cache
+    with Engine("strict", cache=db, jobs=1, workspace_root=tmp_path / "ws") as eng:
+        variant = {"TopModule.sv": "// another\n" + counter.reference["TopModule.sv"]}
+        assert eng.score(counter, variant).passed
+    (entry,) = _entries(cache_dir)
+    # Cached durations are another run's: the measurement ran each stage itself, so each one is calibrated.
+    assert set(entry["limits"]) == {"format", "safety", "compile", "tests"}, entry
