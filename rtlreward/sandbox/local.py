@@ -42,8 +42,9 @@ Least privilege, and why it is built this way (see docs/security.md for what is 
   `setsid()` away from the group die too. Without bubblewrap, every descendant carries a per-run marker in its
   environment and is found in /proc and killed after the run; with a sandbox uid, `kill(-1)` as that uid
   catches even those that dropped the marker.
-- memory / file size / processes: RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NPROC set in the child before it execs
-  (bwrap needs only a few MB, so the limits reach the command unchanged). RLIMIT_NPROC holds for the sandbox
+- memory / file size / processes: RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NPROC set in the child before it execs, or,
+  when root runs bubblewrap, by `prlimit` in front of bwrap (no preexec function: subprocess can vfork instead
+  of copying the trainer's page tables); bwrap needs only a few MB, so the limits reach the command unchanged. RLIMIT_NPROC holds for the sandbox
   uid (and for a non-root caller); only a root trainer that keeps root (`drop_privileges=False`, or without
   bubblewrap when the uid cannot reach the interpreter) is left with the PID namespace and the wall clock.
 - without bubblewrap: the same uid drop when the sandbox uid can run the interpreter and reach the workspace
