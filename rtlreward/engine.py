@@ -525,6 +525,10 @@ class Engine:
                     )
                     continue
                 timeout, deadline, memory, options = self._settings(name, stage, task, limits)
+                # The result cache keys on the limit without the engine's own calibration: a calibrated limit only
+                # cuts a run short, and a timeout is never cached, so a result stays valid however the measurement
+                # of the reference varied (a report's limits are in the task, so in the key, as before).
+                key_timeout = self._settings(name, stage, task)[0]
                 own = (limits or {}).get(name) or _calibrated_limit(task, name)
                 if own is not None and abs(timeout - own) < 1e-9:
                     calibrated[name] = timeout
@@ -559,7 +563,7 @@ class Engine:
                     inputs["provides"] = sorted(p for p, s_ in self.providers.items() if s_ == name)
                 thread = threading.Thread(
                     target=self._stage_thread,
-                    args=(name, stage, ctx, task, task_fp, hash_json(inputs), done, not quiet),
+                    args=(name, stage, ctx, task, task_fp, hash_json(inputs), done, not quiet, key_timeout),
                     name=f"rtlreward-stage-{name}",
                     daemon=True,
                 )
@@ -631,9 +635,10 @@ class Engine:
         inputs: str,
         done: queue.Queue[tuple[str, StageResult]],
         use_cache: bool = True,
+        key_timeout: float | None = None,
     ) -> None:
         try:
-            result = self._run_stage(name, stage, ctx, task, task_fp, inputs, use_cache)
+            result = self._run_stage(name, stage, ctx, task, task_fp, inputs, use_cache, key_timeout)
         except BaseException as exc:  # the engine's own bug must still end the stage
             result = StageResult(
                 name=name,
@@ -651,6 +656,7 @@ class Engine:
         task_fp: str,
         inputs: str,
         use_cache: bool = True,
+        key_timeout: float | None = None,
     ) -> StageResult:
         """One stage's result, from the cache when it has one (`use_cache=False`: the reference timed for the
         task's limits, which must really run and leaves nothing behind)."""
@@ -666,7 +672,10 @@ class Engine:
                 tool_versions=self._tools(name, stage),
                 options=ctx.options,
                 executor=self._executor_desc,
-                limits={"timeout": ctx.timeout, "memory_mb": ctx.memory_mb},
+                limits={
+                    "timeout": ctx.timeout if key_timeout is None else key_timeout,
+                    "memory_mb": ctx.memory_mb,
+                },
             )
             hit = self.cache.get(key)
             if hit is not None:

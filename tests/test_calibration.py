@@ -170,3 +170,15 @@ def test_the_measurement_runs_every_stage_even_when_the_result_cache_holds_the_r
     (entry,) = _entries(cache_dir)
     # Cached durations are another run's: the measurement ran each stage itself, so each one is calibrated.
     assert set(entry["limits"]) == {"format", "safety", "compile", "tests"}, entry
+
+
+def test_a_calibrated_limit_does_not_split_the_result_cache(counter, cache_dir, tmp_path):
+    db = tmp_path / "results.sqlite"
+    variant = {"TopModule.sv": "// cached\n" + counter.reference["TopModule.sv"]}
+    with Engine("strict", cache=db, jobs=1, workspace_root=tmp_path / "ws") as calibrated:
+        assert calibrated.score(counter, variant).passed
+    assert _entries(cache_dir)[0]["limits"]["tests"] < 30  # it ran under a calibrated limit
+    # The same answer under the profile's own limits is served from the cache: the limit only cuts runs short.
+    with Engine("strict", cache=db, jobs=1, calibrate=False, workspace_root=tmp_path / "ws") as plain:
+        again = plain.score(counter, variant)
+    assert again.passed and all(r.cached for r in again.stages.values()), again.stages

@@ -7,6 +7,7 @@ port; a tinker-cookbook metrics.jsonl becomes training curves; two runs show wha
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -27,9 +28,14 @@ def reply(name: str) -> str:
     return (EXAMPLES / ARB / "completions" / f"{name}.txt").read_text()
 
 
-def cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+def cli(*args: str, timeout: float = 900, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "rtlreward", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+        [sys.executable, "-m", "rtlreward", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -96,7 +102,18 @@ def arbiter_run(tmp_path_factory):
         [{"id": ARB, "completion": reply("renamed_ports" if i % 2 else "correct")} for i in range(6)],
     )
     results = d / "results.jsonl"
-    r = cli("eval", str(EXAMPLES / ARB), "--completions", str(comp), "--out", str(results), "--jobs", "2")
+    # A result cache of its own: every stage really runs, so the rows carry this run's stage times.
+    r = cli(
+        "eval",
+        str(EXAMPLES / ARB),
+        "--completions",
+        str(comp),
+        "--out",
+        str(results),
+        "--jobs",
+        "2",
+        env={"RTLREWARD_CACHE_DIR": str(d / "cache")},
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     rows, problems = read_results(results)
     assert len(rows) == 6 and not problems
