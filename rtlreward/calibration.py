@@ -12,7 +12,9 @@ tools; the result is kept in memory and on disk (`<cache dir>/calibration/`, key
 the stages' versions and tool versions and the executor), so a trainer pays it once per task, not per step. A
 reference that does not pass its own stages calibrates nothing (the task keeps the profile's limits): its time
 says nothing about a correct answer's. Stages that manage their own budgets (`calibrate = False` on the stage,
-e.g. equivalence, which already times its simulations from the reference's) are left alone.
+e.g. equivalence, which already times its simulations from the reference's) are left alone. The result cache keys
+on the profile's limit, not the calibrated one (a calibrated limit only cuts runs short; a timeout is never cached),
+and the reference's timing run neither reads nor fills it.
 """
 
 from __future__ import annotations
