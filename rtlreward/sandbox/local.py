@@ -815,13 +815,18 @@ def _unreachable(paths: Sequence[str]) -> str | None:
     return None
 
 
-def _setpriv() -> str | None:
-    found = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
+def _system_tool(name: str) -> str | None:
+    """`name` from the system's own folders only (never a PATH entry the caller or a candidate could plant)."""
+    found = shutil.which(name, path="/usr/bin:/bin:/usr/sbin:/sbin")
     return (
         found
         if found and any(_under(os.path.realpath(found), d) for d in ("/usr", "/bin", "/sbin"))
         else None
     )
+
+
+def _setpriv() -> str | None:
+    return _system_tool("setpriv")
 
 
 def _setpriv_argv(setpriv: str | None, uid: int) -> list[str]:
@@ -845,12 +850,7 @@ def _prctl() -> Callable[..., int]:
 
 @functools.cache
 def _prlimit() -> str | None:
-    found = shutil.which("prlimit", path="/usr/bin:/bin:/usr/sbin:/sbin")
-    return (
-        found
-        if found and any(_under(os.path.realpath(found), d) for d in ("/usr", "/bin", "/sbin"))
-        else None
-    )
+    return _system_tool("prlimit")
 
 
 def _prlimit_argv(prlimit: str, limits: Limits) -> list[str]:
