@@ -42,7 +42,7 @@ from rtlreward.health import STAGE_LIMITS
 from rtlreward.model import Candidate, Diagnostic, Reward, StageResult, Status, Task, as_candidate, hash_json
 from rtlreward.profiles import DEFAULT_PROFILE, Profile, load_profile
 from rtlreward.sandbox.local import remove_workspace
-from rtlreward.sandbox.reaper import make_workspace, reap_stale_workspaces, workspace_root
+from rtlreward.sandbox.reaper import make_workspace, reap_stale_workspaces_once
 from rtlreward.stage import FILES, StageContext
 
 log = logging.getLogger("rtlreward.engine")
@@ -53,6 +53,8 @@ GUARD_FACTOR = (
 )
 GUARD_GRACE = 30.0
 ENGINE_DEADLINE = "engine-deadline"  # diagnostic code of a stage the engine abandoned at its deadline
+# diagnostic code of a stage cut short by `Engine.cancel` (a stopping server)
+ENGINE_CANCELLED = "engine-cancelled"
 
 
 class EngineError(RuntimeError):
@@ -94,8 +96,9 @@ def _verb(status: Status) -> str:
     )
 
 
-_reaped_roots: set[str] = set()  # workspace roots already swept by this process
-_reaped_lock = threading.Lock()
+# Seconds `Engine.close` waits for candidates still running (their commands already killed) to end and remove
+# their own workspaces; what is left then is removed by `close` itself.
+CLOSE_TIMEOUT = 10.0
 
 
 def _calibrated_limit(task: Task | None, stage: str) -> float | None:
@@ -136,6 +139,13 @@ class Engine:
         self.memory_mb = memory_mb
         self.workspace_root = Path(workspace_root) if workspace_root else None
         self.executor = self._make_executor(executor, executor_options or {})
+        # The workspaces of candidates being scored (for `cancel` and `close`), and whether new ones are refused.
+        self._live: dict[Path, None] = {}
+        self._live_lock = threading.Lock()
+        self._closed = False
+        # What a `kill -9`-ed rtlreward left under our workspace root goes now, not at the first candidate (the
+        # docker executor removed its containers when it was made).
+        reap_stale_workspaces_once(self.workspace_root)
         size_pool = getattr(self.executor, "size_pool", None)
         if callable(size_pool):  # one warm container per job that can run at once
             try:
@@ -301,26 +311,37 @@ class Engine:
 
     def _workspace(self, task: Task) -> Path:
         """A private folder named after this process, so that after a `kill -9` the next engine on this host
-        (`reap_stale_workspaces`, once per process and root) removes what this one left."""
+        (`reap_stale_workspaces`, once per process and root) removes what this one left. Recorded as live until
+        the candidate ends (`cancel`, `close`); refused once the engine is closed."""
+        if self._closed:
+            raise EngineError("the engine is closed: no new candidate is scored")
         root = self.workspace_root  # None: $RTLREWARD_WORKSPACE_DIR or the temp dir, as make_workspace says
-        key = os.path.realpath(workspace_root(root))
-        with _reaped_lock:
-            first = key not in _reaped_roots
-            _reaped_roots.add(key)
-        if first:
-            try:
-                gone = reap_stale_workspaces(root)
-            except Exception as exc:  # reaping is housekeeping: never the reason a reward fails
-                log.warning("could not remove stale workspaces under %s: %r", key, exc)
-            else:
-                if gone:
-                    log.info("removed %d workspace(s) left by dead rtlreward processes under %s", gone, key)
+        reap_stale_workspaces_once(root)  # another root given through $RTLREWARD_WORKSPACE_DIR since
         # An executor with warm containers (docker) hands out a workspace inside one of them: the candidate's
         # commands then run there, without a container start each, until `release_workspace`.
         maker = getattr(self.executor, "make_workspace", None)
-        if callable(maker):
-            return maker(task.id, root)
-        return make_workspace(task.id, root)
+        workspace = maker(task.id, root) if callable(maker) else make_workspace(task.id, root)
+        with self._live_lock:
+            closed = self._closed
+            if not closed:
+                self._live[workspace] = None
+        if closed:  # `cancel` ran while the workspace was made: it would not have seen this one
+            self._drop_workspace(workspace)
+            raise EngineError("the engine is closed: no new candidate is scored")
+        return workspace
+
+    def _drop_workspace(self, workspace: Path) -> None:
+        """Remove a workspace and give it back to the executor (a warm slot is checked for the next one)."""
+        try:
+            remove_workspace(workspace)
+        except OSError as exc:
+            log.warning("could not remove the workspace %s: %r", workspace, exc)
+        release = getattr(self.executor, "release_workspace", None)
+        if callable(release):
+            try:
+                release(workspace)
+            except Exception as exc:
+                log.warning("could not release the workspace %s: %r", workspace, exc)
 
     def _score(self, task: Task, candidate: Candidate, *, notify: bool) -> Reward:
         """Score, sharing the work with any identical (task, candidate) already in flight in another thread (a
@@ -431,6 +452,10 @@ class Engine:
                     release(workspace)
                 except Exception as exc:
                     log.warning("could not release the workspace %s: %r", workspace, exc)
+            with self._live_lock:
+                self._live.pop(workspace, None)
+        if self._closed and results is not None:
+            results = _cut_short(results)
         reward = self._combine(task, candidate, results, answer)
         if offer is not None and self.calibrator is not None and STAGE_LIMITS not in task.metadata:
             self.calibrator.record(offer, reward)
@@ -705,7 +730,8 @@ class Engine:
             version=result.version or version,
             cached=False,
         )
-        if key is not None and self.cache is not None:
+        # A stage that ends while the engine is cancelled may have had its commands killed: not its own result.
+        if key is not None and self.cache is not None and not self._closed:
             self.cache.put(key, result)
         return result
 
@@ -820,25 +846,80 @@ class Engine:
             "jobs": self.jobs,
         }
 
-    def close(self) -> None:
+    def cancel(self) -> int:
+        """Stop scoring: new candidates are refused (`EngineError`), and the commands of those running are killed
+        now (through the executor's `cancel(workspace)`: docker and local have one), so they end with what they
+        have (a killed command is a timeout, never cached). For a process that is stopping (`rtlreward serve` on
+        SIGTERM/SIGINT); `close` calls it first. Returns how many candidates were running."""
+        with self._live_lock:
+            self._closed = True
+            running = list(self._live)
+        cancel = getattr(self.executor, "cancel", None)
+        if callable(cancel):
+            for workspace in running:
+                try:
+                    cancel(workspace)
+                except Exception as exc:
+                    log.warning("could not cancel the commands of %s: %r", workspace, exc)
+        return len(running)
+
+    def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """End the engine: `cancel` what is running, wait up to `timeout` seconds for those candidates to end
+        (each removes its workspace), close the executor (docker: every container of it killed and removed,
+        warm ones included, and its slot folders), then remove whatever workspace is still there. Safe to call
+        twice, and from another thread than the scoring ones."""
+        running = self.cancel()
         with self._pool_lock:
             if self._async_pool is not None:
                 self._async_pool.shutdown(wait=False, cancel_futures=True)
                 self._async_pool = None
-        if self.cache is not None:
-            self.cache.close()
+        if running:
+            end = time.monotonic() + max(0.0, timeout)
+            while self._live and time.monotonic() < end:
+                time.sleep(0.05)
         close = getattr(self.executor, "close", None)
         if callable(close):
             try:
                 close()
             except Exception as exc:
                 log.warning("closing executor failed: %r", exc)
+        with self._live_lock:
+            left = list(self._live)
+            self._live.clear()
+        for workspace in left:  # a candidate still running past `timeout` (a stage stuck in Python code)
+            log.warning("removing the workspace of a candidate still running at close: %s", workspace)
+            self._drop_workspace(workspace)
+        if self.cache is not None:
+            self.cache.close()
 
     def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _cut_short(results: dict[str, StageResult]) -> dict[str, StageResult]:
+    """The results of a candidate that ran while the engine was cancelled: a stage whose commands were killed
+    reports a timeout, which is the engine's doing, not the answer's; it becomes an `error` (never cached, and a
+    trainer may drop the sample) that says so."""
+    out = dict(results)
+    for name, r in results.items():
+        if r.status in (Status.TIMEOUT, Status.ERROR):
+            out[name] = attrs.evolve(
+                r,
+                status=Status.ERROR,
+                score=0.0,
+                diagnostics=(
+                    *r.diagnostics,
+                    Diagnostic(
+                        f"stage {name!r} was cut short: the engine was stopped while it ran (the server is "
+                        "shutting down); this says nothing about the answer",
+                        code=ENGINE_CANCELLED,
+                    ),
+                ),
+            )
+    return out
 
 
 def score(

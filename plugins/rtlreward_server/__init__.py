@@ -8,6 +8,13 @@ metrics, request log), `run` (uvicorn, the listen backlog, the request-head dead
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+
 from rtlreward import hookimpl
 
 __version__ = "0.2.0"
@@ -147,11 +154,86 @@ def rtlreward_register_commands(app):
             f"({service.jobs} workers, queue {service.max_queue}, "
             f"{'token required' if token else 'no token'}, inline tasks {'on' if inline_tasks else 'off'})"
         )
+        stop = _Stop(server, service, engine)
         try:
-            server.run(sockets=[sock])
+            if not stop.signals:  # a signal before the server started: do not start it
+                server.run(sockets=[sock])
         except KeyboardInterrupt:
             pass
         finally:
-            service.close()
-            sock.close()
-            engine.close()
+            stop.finish(sock)
+
+
+# Seconds a stop may take once the server stopped answering: the engine's running candidates (their commands
+# killed at the signal) get STOP_WAIT to end and remove their workspaces; past STOP_LIMIT the process exits
+# whatever a thread is still doing (a stage stuck in Python code would otherwise hold the exit).
+STOP_WAIT = 10.0
+STOP_LIMIT = 30.0
+
+
+class _Stop:
+    """How `rtlreward serve` stops on SIGTERM or SIGINT (Ctrl-C): uvicorn stops accepting and answers what it
+    can (graceful, `timeout_graceful_shutdown`); at the signal, off the event loop, the service stops taking
+    work (queued items are cancelled: 503) and the engine cancels the running candidates (their commands are
+    killed, so their requests are answered at once); then the engine is closed: its containers (warm ones
+    included) are killed and removed, and every workspace is gone. A signal during the stop is noted and
+    ignored; the stop is bounded (STOP_LIMIT). The exit status is 0. After a `kill -9` nothing of this runs:
+    the next server (any Engine) on the host removes what the dead one left (`rtlreward.sandbox.reaper`)."""
+
+    def __init__(self, server, service, engine) -> None:
+        self.server, self.service, self.engine = server, service, engine
+        self.signals: list[int] = []
+        self._once = threading.Lock()
+        self._stopped = False
+        self._handlers: dict[int, object] = {}
+        # uvicorn installs its own handlers while it runs (and raises the signal again once it has stopped,
+        # which would end the process by SIGTERM's default action, skipping every `finally`): ours note the
+        # signal outside uvicorn's run, and its handler is wrapped so that the work stops at the signal.
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._handlers[sig] = signal.signal(sig, self._note)
+        handle_exit = server.handle_exit
+
+        def on_signal(sig, frame) -> None:
+            handle_exit(sig, frame)
+            self._note(sig, frame)
+
+        server.handle_exit = on_signal
+
+    def _note(self, sig, frame) -> None:
+        if sig not in self.signals:
+            self.signals.append(sig)
+        self.server.should_exit = True
+        threading.Thread(target=self.stop_work, name="rtlreward-stop", daemon=True).start()
+
+    def stop_work(self) -> None:
+        """Once: no new item starts, queued ones are cancelled, running candidates are cancelled."""
+        with self._once:
+            if self._stopped:
+                return
+            self._stopped = True
+        self.service.close()
+        self.engine.cancel()
+
+    def finish(self, sock) -> None:
+        """After the server's run: stop the work, close the engine (bounded), restore the signal handlers."""
+
+        def hard_exit() -> None:  # a daemon thread: it only fires when the process did not end by itself
+            time.sleep(STOP_LIMIT)
+            with contextlib.suppress(Exception):
+                sys.stderr.write(f"rtlreward: the server did not stop within {STOP_LIMIT:g} s; exiting\n")
+                sys.stderr.flush()
+                sys.stdout.flush()
+            os._exit(0)
+
+        threading.Thread(target=hard_exit, name="rtlreward-stop-limit", daemon=True).start()
+        self.stop_work()
+        sock.close()
+        self.engine.close(timeout=STOP_WAIT)
+        for sig, handler in self._handlers.items():
+            with contextlib.suppress(Exception):
+                signal.signal(sig, handler)
+        names = "/".join(signal.Signals(s).name for s in self.signals) or "the server's end"
+        print(
+            f"rtlreward server stopped ({names}): its containers and workspaces are removed", file=sys.stderr
+        )

@@ -40,7 +40,10 @@ Lifecycle: every container ends by itself, whatever happens to us. A cold one at
 warm one at its lease (`timeout -s KILL <lease>` is its first process under docker's init). Labels name the owner
 process and a deadline (`rtlreward.sandbox.reaper`: the lease plus a grace for warm containers), and constructing
 an executor reaps the containers of dead owners and those past their deadline, so a `kill -9`-ed trainer leaves
-nothing running for long; its slot folders carry the owner in their names like workspaces.
+nothing running for long; its slot folders carry the owner in their names like workspaces. `close()` removes
+every container of this executor: those it knows, then (once no creation is in flight, bounded) whatever still
+carries its own `rtlreward.executor` label, so a container whose creation raced the close does not survive it;
+after `close()` no new container is started.
 
 The Docker SDK is imported lazily (the `docker` extra); a missing SDK, daemon or image raises
 `DockerUnavailable` whose message names the fix.
@@ -78,6 +81,8 @@ from rtlreward.sandbox.reaper import (
     make_workspace,
     reap_containers,
     reap_stale_workspaces,
+    reap_stale_workspaces_once,
+    remove_containers,
     workspace_root,
 )
 from rtlreward.sandbox.users import sandbox_user
@@ -103,6 +108,7 @@ HYGIENE_EVERY = 50  # candidates per warm container at most, whatever the checks
 # limit) before it gives up on it and retires the container.
 WARM_WAIT_SLACK = 5.0
 SLOT_WAIT = 60.0  # seconds a candidate waits for a free slot before it runs cold
+CLOSE_WAIT = 10.0  # seconds `close()` waits for container creations in flight before its sweep by label
 MAX_LEARNED = 32  # `read_only` paths and service mounts a warm container learns at most
 # Per command, inside the warm container: limits, the command in its own process group under `timeout`, then
 # that whole group killed (a background child never outlives its command, as with a container per command).
@@ -319,6 +325,8 @@ class DockerExecutor:
         self._fixed: dict[str, str] = {}  # learned service targets backed by a folder outside -> source
         self._recipe = image_recipe(self.client, self.image) or ""
         self._closed = False
+        self._id = uuid.uuid4().hex  # the `rtlreward.executor` label of every container this executor starts
+        self._creating = 0  # container creations in flight (guarded by `_lock`): `close()` waits for them
         self._skel: Path | None = None  # `_skeleton`'s folder
         # what the pool did, for benchmarks and tests: execs, cold runs, container starts, replacement reasons
         self._stats: collections.Counter[str] = collections.Counter()
@@ -327,14 +335,27 @@ class DockerExecutor:
         reap_stale_workspaces(tempfile.gettempdir(), prefix=STDIN_PREFIX)
         self._finalizer = weakref.finalize(self, _remove_all, self.client, self._active, self._slot_dirs)
 
-    def close(self) -> None:
+    def close(self, timeout: float = CLOSE_WAIT) -> None:
         """Kill and remove every container still running (a stage abandoned at its deadline, the warm pool) and
-        the warm slots' folders."""
+        the warm slots' folders; refuse new commands (they report a cancelled run). A container another thread
+        is creating right now is removed by that thread when it returns, and by the sweep of this executor's
+        label that follows once no creation is in flight (waiting `timeout` seconds at most)."""
         with self._pool:
             self._closed = True
             self._slot_list.clear()
             self._pool.notify_all()
         self._finalizer()
+        end = time.monotonic() + max(0.0, timeout)
+        while time.monotonic() < end:
+            with self._lock:
+                if self._creating == 0:
+                    break
+            time.sleep(0.05)
+        gone = remove_containers(self.client, {"rtlreward.executor": self._id})
+        if gone:
+            log.info("removed %d container(s) of this executor that were still being started", gone)
+        for d in list(self._slot_dirs):  # a slot made while closing
+            _remove_tree(d)
 
     def __enter__(self) -> DockerExecutor:
         return self
@@ -398,6 +419,7 @@ class DockerExecutor:
         """Keep up to `slots` warm containers (an engine passes its jobs); `prewarm` starts them now, in the
         background, so the first candidates (their workspaces under `root`, as in `make_workspace`) do not wait
         for a container start."""
+        reap_stale_workspaces_once(root)  # slot folders and workspaces of dead runs under that root
         with self._pool:
             self.slots = max(self.slots, int(slots))
             if self._slot_root is None:
@@ -412,6 +434,7 @@ class DockerExecutor:
         `release_workspace`. Falls back to a plain folder (commands run cold) when no slot can be had."""
         if not self.warm:
             return make_workspace(task_id, root)
+        reap_stale_workspaces_once(root)
         base = _workspace_root(root)
         with self._pool:
             if self._slot_root is None:
@@ -572,7 +595,7 @@ class DockerExecutor:
 
     def _start(self, slot: _Slot) -> None:
         """Start the slot's container with everything learned so far mounted, and record its own processes."""
-        from docker.types import LogConfig, Mount, Ulimit
+        from docker.types import Mount
 
         with self._pool:
             ro_paths = frozenset(self._ro_paths)
@@ -606,7 +629,37 @@ class DockerExecutor:
             # Root with three capabilities, only so that each exec can chroot into the copy and drop to the sandbox
             # user before the command starts (`_exec`); no command of a candidate runs as root or keeps one.
             user, caps = "0:0", ["SYS_CHROOT", "SETUID", "SETGID"]
-        container = self.client.containers.create(
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the executor was closed")
+            self._creating += 1
+        try:
+            container = self._create_warm(mounts, tmpfs, user, caps, limit)
+        finally:
+            with self._lock:
+                self._creating -= 1
+        with self._lock:
+            self._active[container.id] = ()
+        slot.container = container.id
+        if self._closed:  # close() ran meanwhile: its sweep may have missed this one
+            self._kill_container(container.id)
+            raise RuntimeError("the executor was closed")
+        container.start()
+        with self._pool:
+            self._stats["started"] += 1
+        code, out = self._quick_exec(slot.container, ["sh", "-c", BASELINE])
+        if code != 0:
+            raise RuntimeError(f"the warm container does not answer (exit {code}): {out[-300:]}")
+        slot.keep = " ".join(out.split())
+        slot.expires = time.time() + limit
+        slot.ro_paths, slot.fixed = ro_paths, fixed
+        slot.native = copy is not None
+        slot.dirty, slot.served, slot.running = None, 0, 0
+
+    def _create_warm(self, mounts: list, tmpfs: dict[str, str], user: str, caps, limit: float):
+        from docker.types import LogConfig, Ulimit
+
+        return self.client.containers.create(
             image=self.image,
             # under docker's init (it reaps what a killed command's group leaves): the lease, then the end
             command=["timeout", "-s", "KILL", str(int(limit)), "sleep", str(int(limit) + 60)],
@@ -628,27 +681,10 @@ class DockerExecutor:
             memswap_limit=f"{self.memory_mb}m",
             log_config=LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"}),
             name=f"rtlreward-warm-{uuid.uuid4().hex[:12]}",
-            labels={**container_labels(limit), "rtlreward.warm": "1"},
+            labels={**container_labels(limit, executor=self._id), "rtlreward.warm": "1"},
             stdin_open=False,
             tty=False,
         )
-        with self._lock:
-            self._active[container.id] = ()
-        slot.container = container.id
-        if self._closed:  # close() ran meanwhile: its sweep may have missed this one
-            self._kill_container(container.id)
-            raise RuntimeError("the executor was closed")
-        container.start()
-        with self._pool:
-            self._stats["started"] += 1
-        code, out = self._quick_exec(slot.container, ["sh", "-c", BASELINE])
-        if code != 0:
-            raise RuntimeError(f"the warm container does not answer (exit {code}): {out[-300:]}")
-        slot.keep = " ".join(out.split())
-        slot.expires = time.time() + limit
-        slot.ro_paths, slot.fixed = ro_paths, fixed
-        slot.native = copy is not None
-        slot.dirty, slot.served, slot.running = None, 0, 0
 
     def _native_copy(self) -> Path | None:
         """The image's native root copy when warm commands use one (made on first use); None otherwise, and from
@@ -1228,7 +1264,7 @@ class DockerExecutor:
             mounts = [*mounts, *self._skeleton([t for _s, t, _m in mounts])]
             writable = tuple(src for src, _t, mode in mounts if mode == "rw")
             with self._lock:
-                if _inside_any(writable, *self._cancelled):
+                if self._closed or _inside_any(writable, *self._cancelled):
                     raise _Cancelled
             if os.getuid() == 0:  # the container's user must be able to write its workspace
                 for src in writable:
@@ -1260,14 +1296,22 @@ class DockerExecutor:
                 memswap_limit=f"{memory}m",
                 log_config=LogConfig(type="json-file", config={"max-size": "4m", "max-file": "1"}),
                 name=f"rtlreward-{uuid.uuid4().hex[:12]}",
-                labels=container_labels(inner),
+                labels=container_labels(inner, executor=self._id),
                 stdin_open=False,
                 tty=False,
             )
-            container = self.client.containers.create(**kwargs)
+            with self._lock:
+                if self._closed:
+                    raise _Cancelled
+                self._creating += 1
+            try:
+                container = self.client.containers.create(**kwargs)
+            finally:
+                with self._lock:
+                    self._creating -= 1
             with self._lock:
                 self._active[container.id] = writable
-                cancelled = _inside_any(writable, *self._cancelled)
+                cancelled = self._closed or _inside_any(writable, *self._cancelled)
             if cancelled:  # cancel() ran between our check and the create
                 raise _Cancelled
             output = _Output()

@@ -85,6 +85,7 @@ from rtlreward.sandbox import MAX_OUTPUT_BYTES, CommandResult, Limits
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 RUN_MARKER = "RTLREWARD_SANDBOX_RUN"  # env var carried by every process of one run (no-bwrap cleanup)
 _DRAIN_GRACE = 0.5  # seconds to keep reading pipes after the command ended or was killed
+CANCELLED = "[cancelled: the caller gave up on this workspace]"
 
 # What every tool needs from the host, read-only. /lib32, /libx32 and friends only where they exist.
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -181,6 +182,27 @@ class LocalExecutor:
                     "read it, or give the trainer CAP_SYS_ADMIN.",
                 )
                 self._keep = [p for p in self._keep if p not in blocked]
+        # Commands running now (workspace -> {process group: run marker}) and the workspaces whose commands are
+        # killed and refused (`cancel`).
+        self._running: dict[str, dict[int, str]] = {}
+        self._cancelled: set[str] = set()
+        self._running_lock = threading.Lock()
+
+    def cancel(self, workspace: Path) -> int:
+        """Kill now every command running in `workspace` (or a folder inside it), and refuse new ones there: for
+        a caller that gives up on a candidate (a stage past its deadline, an engine that is stopping). A killed
+        or refused command reports a timeout (never cached). Returns how many commands were killed."""
+        ws = os.path.realpath(workspace)
+        with self._running_lock:
+            self._cancelled.add(ws)
+            doomed = [(pg, m) for w, runs in self._running.items() if _under(w, ws) for pg, m in runs.items()]
+        for pgid, marker in doomed:
+            self._kill(pgid, marker)
+        return len(doomed)
+
+    def _is_cancelled(self, workspace: str) -> bool:
+        with self._running_lock:
+            return any(_under(workspace, c) for c in self._cancelled)
 
     @property
     def supports_binds(self) -> bool:
@@ -327,6 +349,14 @@ class LocalExecutor:
         where a harness expects them (CVDP's /code/rtl, /src); with binds `cwd` is a path inside the sandbox."""
         limits = limits or Limits()
         workspace = Path(workspace).resolve()
+        if self._is_cancelled(str(workspace)):
+            return CommandResult(
+                argv=tuple(argv),
+                returncode=-9,
+                stderr=CANCELLED,
+                timed_out=True,
+                sandboxed=self.bwrap is not None,
+            )
         sandbox_cwd: Path | str
         if binds:
             for host in binds:
@@ -410,6 +440,11 @@ class LocalExecutor:
                 duration=time.monotonic() - start,
                 sandboxed=self.bwrap is not None,
             )
+        key = str(workspace)
+        with self._running_lock:
+            self._running.setdefault(key, {})[proc.pid] = marker
+        if self._is_cancelled(key):  # `cancel` ran while this command started
+            self._kill(proc.pid, marker)
         timed_out = False
         try:
             out, err, dropped, timed_out = _pump(
@@ -424,10 +459,17 @@ class LocalExecutor:
                 # its own exit status is reported rather than the SIGKILL meant for its leftovers.
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=max(0.0, min(1.0, start + limits.timeout - time.monotonic())))
+            with self._running_lock:  # before the wait: once reaped, its pid may be another process's
+                runs = self._running.get(key, {})
+                runs.pop(proc.pid, None)
+                if not runs:
+                    self._running.pop(key, None)
             self._kill(proc.pid, marker)  # stragglers a command left behind (daemonised children)
             proc.wait()
         stdout, t1 = _truncate(out, dropped[0])
         stderr, t2 = _truncate(err, dropped[1])
+        if self._is_cancelled(key):  # killed by `cancel`: the caller's doing, not the command's
+            timed_out, stderr = True, (stderr + "\n" if stderr else "") + CANCELLED
         return CommandResult(
             argv=tuple(argv),
             returncode=proc.returncode,

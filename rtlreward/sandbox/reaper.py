@@ -5,14 +5,16 @@ keep running until their own time limit and stay on the daemon, its workspaces s
 starts therefore carries its owner, so the next start of an executor can clean up after it:
 
 - a container is labelled `rtlreward=1`, `rtlreward.owner_pid`, `rtlreward.owner_start` (the owner's start time,
-  from /proc, against pid reuse), `rtlreward.owner_host`, `rtlreward.started` and `rtlreward.deadline` (epoch
-  seconds after which it must not exist, whoever owns it);
+  from /proc, against pid reuse), `rtlreward.owner_boot` (the kernel's boot id: after a reboot no pid is the
+  owner), `rtlreward.owner_host`, `rtlreward.started` and `rtlreward.deadline` (epoch seconds after which it must
+  not exist, whoever owns it), and `rtlreward.executor` (the executor that started it: `close()` removes its own
+  by that label, never another executor's of the same process);
 - a workspace carries its owner in its NAME (`rtlreward-<task>-<random>.o<pid>-<start>-<host hash>`), not in a
   file: the candidate can write anything inside its workspace, but cannot rename the folder that is its mount
   point, so it can neither keep a dead run's folder alive nor get a live run's folder deleted.
 
-An owner is dead when no process has its pid, the process is a zombie, or the pid now belongs to a process that
-started at another time. Owners on another host (a shared daemon or workspace folder) are never judged by pid;
+An owner is dead when no process has its pid, the process is a zombie, the pid now belongs to a process that
+started at another time, or (containers) the machine was rebooted since. Owners on another host (a shared daemon or workspace folder) are never judged by pid;
 their containers go once their deadline has passed.
 """
 
@@ -41,6 +43,8 @@ __all__ = [
     "reap_containers",
     "reap_containers_once",
     "reap_stale_workspaces",
+    "reap_stale_workspaces_once",
+    "remove_containers",
     "workspace_root",
 ]
 
@@ -108,19 +112,35 @@ def _host_hash() -> str:
     return hashlib.sha256(host_name().encode()).hexdigest()[:8]
 
 
-def container_labels(limit: float, *, now: float | None = None) -> dict[str, str]:
-    """The labels of a container that must end within `limit` seconds of `now` (its own time limit)."""
+def boot_id() -> str:
+    """This boot of the kernel ("" when unknown): a container labelled with another boot's id has no live owner,
+    whatever process now holds its owner's pid and start time."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def container_labels(
+    limit: float, *, now: float | None = None, executor: str | None = None
+) -> dict[str, str]:
+    """The labels of a container that must end within `limit` seconds of `now` (its own time limit), started by
+    `executor` (an id unique to one executor object, for its `close()`)."""
     now = time.time() if now is None else now
     pid = os.getpid()
     start = proc_start_time(pid)
-    return {
+    labels = {
         LABEL: "1",
         f"{LABEL}.owner_pid": str(pid),
         f"{LABEL}.owner_start": "" if start is None else str(start),
+        f"{LABEL}.owner_boot": boot_id(),
         f"{LABEL}.owner_host": host_name(),
         f"{LABEL}.started": str(int(now)),
         f"{LABEL}.deadline": str(int(now + limit) + 1 + DEADLINE_GRACE),
     }
+    if executor:
+        labels[f"{LABEL}.executor"] = executor
+    return labels
 
 
 def _int(text: Any) -> int | None:
@@ -140,6 +160,9 @@ def _container_is_stale(labels: dict[str, str], now: float) -> str | None:
     pid = _int(labels.get(f"{LABEL}.owner_pid"))
     if pid is None:
         return None
+    boot, now_boot = labels.get(f"{LABEL}.owner_boot"), boot_id()
+    if boot and now_boot and boot != now_boot:
+        return f"its owner (pid {pid}) ran before the last reboot"
     if not owner_alive(pid, _int(labels.get(f"{LABEL}.owner_start"))):
         return f"its owner (pid {pid}) is dead"
     return None
@@ -177,8 +200,30 @@ def reap_containers(client: Any = None, *, now: float | None = None) -> int:
     return gone
 
 
+def remove_containers(client: Any, labels: dict[str, str]) -> int:
+    """Kill and remove every container (running or not) that carries all of `labels`, e.g. one executor's own
+    (`rtlreward.executor`) when it closes. Returns how many went; never raises for a daemon problem."""
+    try:
+        found = client.api.containers(all=True, filters={"label": [f"{k}={v}" for k, v in labels.items()]})
+    except Exception as exc:
+        log.warning("could not list containers to remove: %s", exc)
+        return 0
+    gone = 0
+    for c in found:
+        if any((c.get("Labels") or {}).get(k) != v for k, v in labels.items()):
+            continue
+        try:
+            client.api.remove_container(c["Id"], force=True)
+        except Exception as exc:  # already gone
+            log.debug("removing %s: %s", c["Id"][:12], exc)
+            continue
+        gone += 1
+    return gone
+
+
 _ONCE_LOCK = threading.Lock()
 _REAPED_IN: set[int] = set()
+_REAPED_ROOTS: set[tuple[int, str]] = set()
 
 
 def reap_containers_once(client: Any = None) -> int:
@@ -213,6 +258,24 @@ def _own_uids() -> set[int]:
     if os.getuid() == 0:  # the docker executor hands a root caller's workspaces to the sandbox user
         uids.add(sandbox_user()[0])
     return uids
+
+
+def reap_stale_workspaces_once(root: str | os.PathLike[str] | None = None) -> int:
+    """`reap_stale_workspaces(root)` the first time this process asks for that root (resolved), 0 afterwards.
+    Never raises: reaping is housekeeping, never the reason an evaluation fails."""
+    key = (os.getpid(), os.path.realpath(workspace_root(root)))
+    with _ONCE_LOCK:
+        if key in _REAPED_ROOTS:
+            return 0
+        _REAPED_ROOTS.add(key)
+    try:
+        gone = reap_stale_workspaces(root)
+    except Exception as exc:
+        log.warning("could not remove stale workspaces under %s: %r", key[1], exc)
+        return 0
+    if gone:
+        log.info("removed %d workspace(s) left by dead rtlreward processes under %s", gone, key[1])
+    return gone
 
 
 def reap_stale_workspaces(root: str | os.PathLike[str] | None = None, *, prefix: str = "rtlreward-") -> int:
