@@ -32,6 +32,7 @@ from typing import Any
 import attrs
 
 from rtlreward.model import Diagnostic, StageResult, Status
+from rtlreward.sandbox import Limits, resource_exhaustion
 from rtlreward.stage import safe_relpath, write_files
 from rtlreward.verdict import Channel, Received, Trust, probe_env, sha256_text
 from rtlreward_hdl.probes import PYTEST_HOOK, check_cocotb, modules_of
@@ -382,6 +383,10 @@ class ServiceOutcome:
     duration: float = 0.0
     error: str = ""  # no authentic, complete record (or the runner could not start the service at all)
     cocotb_failures: tuple[CaseFailure, ...] = ()  # from the simulations' signed cocotb records
+    # The answer's design ran and the service ended at a sandbox limit (rtlreward.sandbox.resource_exhaustion):
+    # the limit's name ("memory", "stack", ...) and what the model is told. The answer's failure, not an error.
+    limit: str = ""
+    limit_message: str = ""
 
     @property
     def ok(self) -> bool:
@@ -397,9 +402,22 @@ def outcome_from_run(
     duration: float,
     received: Received | None,
     harness: Mapping[str, str],
+    limits: Limits | None = None,
+    truncated: bool = False,
 ) -> ServiceOutcome:
     """One service's outcome from its signed record. The exit status must be 0 too; credit is the record's
-    tests passed / tests collected, and a failed service never gets full credit."""
+    tests passed / tests collected, and a failed service never gets full credit. `limits`: the service's
+    sandbox limits, named when the answer's design ran into one (`truncated`: its output passed the cap)."""
+
+    def exhausted() -> ServiceOutcome | None:
+        # The service ran the answer's design (its harness compiles and simulates it) and ended without a
+        # verdict: a sandbox limit hit on the way is the design's doing, since the reference passes under the same
+        # limits. What stays an error is a service that ended some other way.
+        hit = resource_exhaustion(output, returncode, limits=limits, truncated=truncated)
+        if hit is None:
+            return None
+        return ServiceOutcome(tests_total=1, limit=hit.limit, limit_message=hit.message, **base)
+
     base = {
         "name": service.name,
         "returncode": returncode,
@@ -410,6 +428,10 @@ def outcome_from_run(
         return ServiceOutcome(timed_out=True, tests_total=1, **base)
     if received is None or not received.authentic:
         why = received.problem if received is not None else "no verdict channel"
+        if received is not None:  # a channel was open, so the service started: a limit it hit is the design's
+            limited = exhausted()
+            if limited is not None:
+                return limited
         return ServiceOutcome(
             tests_total=1,
             error=f"no authentic test record from the service's pytest ({why}; exit code {returncode})",
@@ -444,6 +466,9 @@ def outcome_from_run(
             sims_ok = False
             continue
         if not isinstance(s.get("record"), dict):
+            limited = exhausted()  # the simulation started: the answer's design was running
+            if limited is not None:
+                return limited
             return ServiceOutcome(
                 tests_total=1,
                 error=f"a simulation ended without an authentic test record ({s.get('problem') or 'none'}): the "
@@ -553,7 +578,7 @@ def verdict(
     elif any(o.timed_out for o in outcomes):
         status = Status.TIMEOUT
     elif any(o.error for o in outcomes):
-        status = Status.ERROR
+        status = Status.ERROR  # ours or the task's; a limit the design ran into is not (`o.limit`: failed)
     else:
         status = Status.FAILED
     diags: list[Diagnostic] = []
@@ -564,6 +589,14 @@ def verdict(
         if o.error:
             diags.append(Diagnostic(f"service {o.name}: {o.error}", code="harness-error"))
             lines.append(f"service {o.name} could not run: {o.error}")
+            continue
+        if o.limit:
+            diags.append(
+                Diagnostic(
+                    f"service {o.name}: {o.limit_message}", code="resource-limit", fields={"limit": o.limit}
+                )
+            )
+            lines.append(f"service {o.name}: {o.limit_message}")
             continue
         if o.timed_out:
             diags.append(Diagnostic(f"service {o.name} exceeded its time limit", code="timeout"))
@@ -602,6 +635,9 @@ def verdict(
             for o in outcomes
         },
     }
+    limited = [o.limit for o in outcomes if o.limit]
+    if limited:
+        metrics["resource_limit"] = limited[0]
     if spec is not None:
         metrics["cocotb_api"] = spec.cocotb_api
     metrics.update(extra_metrics or {})

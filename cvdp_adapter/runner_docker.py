@@ -156,7 +156,9 @@ class DockerCvdpRunner:
                     limits=limits,
                 )
                 rc, timed_out, output, duration = res.returncode, res.timed_out, res.output, res.duration
+                truncated = res.truncated
             else:
+                truncated = False
                 rc, timed_out, output, duration = run_container(
                     image, argv, mounts, svc.working_dir, env, limits
                 )
@@ -171,6 +173,8 @@ class DockerCvdpRunner:
             duration=duration,
             received=received,
             harness=ctx.task.harness.files,
+            limits=limits,
+            truncated=truncated,
         )
 
 

@@ -164,6 +164,8 @@ class LocalCvdpRunner:
             duration=res.duration,
             received=received,
             harness=ctx.task.harness.files,
+            limits=limits,
+            truncated=res.truncated,
         )
 
 

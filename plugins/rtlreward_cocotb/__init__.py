@@ -280,6 +280,10 @@ class CocotbRunner:
                 )
                 tool = _build_diagnostics(res.output, root)
                 return _result(Status.FAILED, 0, 0, [d, *tool], summarise([d, *tool]), metrics_extra)
+            if phase == "test":  # the simulator was loading the design: a limit it hit is the design's
+                limited = _exhausted(ctx, res, msg, metrics_extra)
+                if limited is not None:
+                    return limited
             hint = _last_error(res.output, root)
             d = Diagnostic(
                 f"the simulator did not start ({phase}): {_clean(msg, root)}"
@@ -289,6 +293,11 @@ class CocotbRunner:
             )
             return _result(Status.ERROR, 0, 0, [d], d.message, metrics_extra)
         if not received.authentic:
+            # The design ran and the run ended without a record: a sandbox limit the design hit is its own failure
+            # (rtlreward.sandbox.resource_exhaustion); anything else stays an error.
+            limited = _exhausted(ctx, res, _read_status(status_json).get("message", ""), metrics_extra)
+            if limited is not None:
+                return limited
             hint = _last_error(res.output, root)
             d = Diagnostic(
                 f"the simulation ended without an authentic test record ({received.problem}; simulator exit code "
@@ -332,6 +341,24 @@ class CocotbRunner:
                 )
                 return _result(Status.FAILED, len(passed), len(ran), [d], d.message, metrics_extra)
         return _result(status, len(passed), len(ran), diags, feedback, metrics_extra)
+
+
+def _exhausted(ctx: StageContext, res, message: str, extra: Mapping[str, Any]) -> StageResult | None:
+    """The answer's `failed` when the run of its design ended at a sandbox limit (memory, stack, file size,
+    processes, output), naming the limit; None otherwise. `message`: the driver's account of how the simulator
+    ended (cocotb's "died with <Signals.SIGSEGV: 11>"), which the command's own exit code no longer carries."""
+    from rtlreward.sandbox import resource_exhaustion
+
+    hit = resource_exhaustion(
+        f"{res.output}\n{message}",
+        res.returncode,
+        limits=ctx.limits(),
+        truncated=bool(getattr(res, "truncated", False)),
+    )
+    if hit is None:
+        return None
+    d = Diagnostic(hit.message, code="resource-limit", fields={"limit": hit.limit})
+    return _result(Status.FAILED, 0, 0, [d], d.message, {**extra, "resource_limit": hit.limit})
 
 
 def _result(

@@ -36,7 +36,7 @@ from pathlib import Path
 import attrs
 
 from rtlreward.model import Diagnostic, StageResult, Status
-from rtlreward.sandbox import CommandResult
+from rtlreward.sandbox import CommandResult, Limits, resource_exhaustion
 from rtlreward.stage import StageContext, UnsafePath, safe_relpath, write_files
 from rtlreward_hdl.files import SOURCE_EXTS, strip_comments, unsafe_includes
 from rtlreward_hdl.icarus import parse_iverilog
@@ -46,6 +46,7 @@ __all__ = [
     "SimRun",
     "compile_then_run",
     "control_tasks",
+    "limit_diagnostic",
     "run_testbench",
     "split_tagged",
     "tag_testbench",
@@ -181,6 +182,7 @@ class SimRun:
     sim: CommandResult | None = None
     diagnostics: tuple[Diagnostic, ...] = ()
     status: Status | None = None  # set when the run ended before the simulation produced a verdict
+    limits: Limits | None = None  # the simulation's sandbox limits (named when the design runs into one)
 
     @property
     def tb_lines(self) -> list[str]:
@@ -322,7 +324,7 @@ def run_testbench(
             code="tool-missing",
         )
         return ended("sim", Status.ERROR, [d], compile=comp, sim=sim)
-    return SimRun(stage="sim", tag=tag, root=root, compile=comp, sim=sim)
+    return SimRun(stage="sim", tag=tag, root=root, compile=comp, sim=sim, limits=ctx.limits())
 
 
 # Compile ("$@": the answer's file names are arguments, never shell text), record its output and exit status in
@@ -458,6 +460,19 @@ def _not_installed(res, tool: str) -> bool:
     (the safety gate refuses the system tasks that end a simulation)."""
     out = res.output or ""
     return res.returncode == 127 and tool in out and any(s in out for s in _NOT_FOUND)
+
+
+def limit_diagnostic(run: SimRun) -> Diagnostic | None:
+    """When a simulation that printed no verdict ended at a sandbox limit (the design asked for more memory,
+    stack or file size than the sandbox gives): a diagnostic naming the limit (`resource-limit`), for the
+    runner's `failed`. None when the run ended some other way."""
+    sim = run.sim
+    if sim is None or sim.returncode == 0:
+        return None
+    hit = resource_exhaustion(sim.output, sim.returncode, limits=run.limits, truncated=sim.truncated)
+    if hit is None:
+        return None
+    return Diagnostic(hit.message, code="resource-limit", fields={"limit": hit.limit})
 
 
 def tests_result(

@@ -13,7 +13,14 @@ import re
 
 from rtlreward.model import Diagnostic, StageResult, Status
 from rtlreward.stage import StageContext
-from rtlreward_hdl.simrun import SimRun, clean_line, ended_result, run_testbench, tests_result
+from rtlreward_hdl.simrun import (
+    SimRun,
+    clean_line,
+    ended_result,
+    limit_diagnostic,
+    run_testbench,
+    tests_result,
+)
 
 __all__ = ["PRELUDE", "RtllmRunner", "parse_verdict"]
 
@@ -85,6 +92,10 @@ class RtllmRunner:
                 f"{run.sim.returncode if run.sim else '?'})"
             )
             diags = [Diagnostic(msg, code="no-verdict")]
+            limit = limit_diagnostic(run)  # the design ran into a sandbox limit: say which
+            if limit is not None:
+                diags.insert(0, limit)
+                msg = f"{limit.message}; {msg}"
             diags += [Diagnostic(ln, severity="info", code="output") for ln in tail]
             return tests_result(Status.FAILED, 0, total, diags, msg, metrics)
         shown = [clean_line(ln.strip("= "), run.root) for ln in failures[:20]]

@@ -18,7 +18,14 @@ import attrs
 
 from rtlreward.model import Diagnostic, StageResult, Status
 from rtlreward.stage import StageContext
-from rtlreward_hdl.simrun import SimRun, clean_line, ended_result, run_testbench, tests_result
+from rtlreward_hdl.simrun import (
+    SimRun,
+    clean_line,
+    ended_result,
+    limit_diagnostic,
+    run_testbench,
+    tests_result,
+)
 
 __all__ = ["COMPILE_FLAGS", "VerilogEvalRunner", "analyze"]
 
@@ -179,6 +186,10 @@ class VerilogEvalRunner:
             diags = [Diagnostic(msg, code="verilog_eval.no_verdict")] + [
                 Diagnostic(ln, severity="info", code="verilog_eval.output") for ln in tail
             ]
+            limit = limit_diagnostic(run)  # the design ran into a sandbox limit: say which
+            if limit is not None:
+                diags.insert(0, limit)
+                msg = f"{limit.message}; {msg}"
             return tests_result(Status.FAILED, 0, 0, diags, msg, metrics)
         # A rule of the official analyzer failed the run, whatever the mismatch count.
         detail = [

@@ -7,6 +7,7 @@ memory, file-size, network and file-system policy applies to every tool the same
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -86,3 +87,107 @@ class Executor(Protocol):
     def describe(self) -> dict[str, str]:
         """What isolation this executor gives here (for `rtlreward doctor` and the cache key)."""
         ...
+
+
+# -- runs ended by a limit ---------------------------------------------------------------------------------------
+# When a sandboxed run of the answer's design dies, who is at fault? The task's reference passes under the very same
+# limits (the engine calibrates them from it, and `rtlreward tasks check` flags a reference that does not), so a run
+# that ends because the design asked for more memory, stack, file size or processes than the sandbox gives ended by
+# the answer's own doing: the answer's `failed`, cached, with a diagnostic that names the limit. Our faults (a tool
+# missing, the Docker daemon gone, a harness that cannot start) never look like this and stay `error`. Callers ask
+# only about runs in which design code had started (the simulator took its verdict key, a simulation began).
+_SIGNALS = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 25: "SIGXFSZ"}
+_MEMORY_RE = re.compile(
+    r"std::bad_alloc|\bout of memory\b|Cannot allocate memory|\bMemoryError\b|memory exhausted"
+    r"|failed to allocate|\bENOMEM\b",
+    re.IGNORECASE,
+)
+_FSIZE_RE = re.compile(r"File size limit exceeded|SIGXFSZ|Signals\.SIGXFSZ|\bEFBIG\b|File too large")
+_STACK_RE = re.compile(r"Segmentation fault|SIGSEGV|stack overflow|Signals\.SIGSEGV", re.IGNORECASE)
+# A simulator's death as its parent reports it: cocotb's runner ("Command failed with return code: -11"),
+# Python's subprocess ("died with <Signals.SIGSEGV: 11>", "returned non-zero exit status -6").
+_SIG_TEXT_RE = re.compile(r"(?:return code|exit status|exit code)[:\s]+-(\d+)|Signals\.SIG\w+: (\d+)>")
+_PROC_RE = re.compile(
+    r"Cannot fork|fork: Resource temporarily unavailable|can't start new thread|"
+    r"Resource temporarily unavailable.*(?:fork|thread)|pthread_create failed",
+    re.IGNORECASE,
+)
+
+
+@attrs.frozen(slots=True)
+class Exhaustion:
+    """A run of the answer's design ended by a sandbox limit. `limit`: "memory", "stack", "file_size",
+    "processes" or "output"; `message`: what a model is told, naming the limit."""
+
+    limit: str
+    message: str
+
+
+def _signal_of(returncode: int | None) -> int | None:
+    if returncode is None:
+        return None
+    if returncode < 0:
+        return -returncode
+    if 128 < returncode < 160:  # a shell's or Docker's 128 + signal
+        return returncode - 128
+    return None
+
+
+def _stack_mb() -> int | None:
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_STACK)
+    return None if soft in (resource.RLIM_INFINITY, -1) or soft <= 0 else max(1, soft >> 20)
+
+
+def resource_exhaustion(
+    output: str,
+    returncode: int | None = None,
+    *,
+    limits: Limits | None = None,
+    truncated: bool = False,
+) -> Exhaustion | None:
+    """Whether a run that ran the answer's design and ended without a verdict was ended by a sandbox limit: the
+    killing signal (`returncode`: negative, or a shell's 128 + n) and what the simulator, the C++ runtime or the
+    kernel said (`std::bad_alloc`, `out of memory`, `File size limit exceeded`, `Segmentation fault`, Docker's
+    OOM note). Text alone suffices: a design that prints such words only turns a run that earned nothing into
+    its own failure, which pays no more than the error it replaces. `truncated`: the run's output
+    passed the executor's cap, the last resort when nothing else names a limit."""
+    lim = limits or Limits()
+    text = output or ""
+    sig = _signal_of(returncode)
+    if sig is None:
+        m = _SIG_TEXT_RE.search(text)
+        sig = int(m.group(1) or m.group(2)) if m else None
+    if _MEMORY_RE.search(text):  # also Docker's "[killed: out of memory]" note on an OOM kill
+        mem = f" ({lim.memory_mb} MiB)" if lim.memory_mb else ""
+        return Exhaustion(
+            "memory",
+            f"the design exceeded the memory limit{mem}: the simulator could not allocate what the design asks "
+            "for (a huge memory array, a string or queue that keeps growing)",
+        )
+    if sig == 25 or _FSIZE_RE.search(text):
+        size = f" ({lim.file_size_mb} MiB)" if lim.file_size_mb else ""
+        return Exhaustion(
+            "file_size",
+            f"the design exceeded the file size limit{size}: the simulation wrote too much (an output flood, a "
+            "waveform or log that keeps growing)",
+        )
+    if sig == 11 or _STACK_RE.search(text):
+        stack = _stack_mb()
+        size = f" ({stack} MiB)" if stack else ""
+        return Exhaustion(
+            "stack",
+            f"the design crashed the simulator (SIGSEGV), as recursion too deep for the stack limit{size} does (an "
+            "automatic function or task that calls itself without end)",
+        )
+    if _PROC_RE.search(text):
+        pids = f" ({lim.pids})" if lim.pids else ""
+        return Exhaustion("processes", f"the run exceeded the process limit{pids}")
+    if truncated:
+        return Exhaustion(
+            "output",
+            f"the design's output exceeded the output cap ({MAX_OUTPUT_BYTES >> 20} MiB per stream) and the run "
+            "ended without a verdict",
+        )
+    return None
