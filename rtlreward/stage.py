@@ -43,13 +43,34 @@ def safe_relpath(path: str) -> PurePosixPath:
     return p
 
 
+# How a candidate's text becomes bytes on disk. A reply can hold a lone surrogate (JSON's "\ud83d", a model
+# that cut an emoji in half): no character, so UTF-8 cannot encode it and a plain write raises. "backslashreplace"
+# writes it as the ASCII text `\ud83d`: deterministic (same text, same bytes, so cache keys and verdicts stay
+# stable), valid UTF-8 every tool and our own readers accept, and a well-formed text is written unchanged.
+# Not "surrogateescape": it round-trips only \udc80-\udcff and still raises on \ud83d. Not "surrogatepass": it
+# writes invalid UTF-8 that the tools' and our own UTF-8 readers then trip over.
+TEXT_ERRORS = "backslashreplace"
+
+
+def well_formed(text: str) -> str:
+    """`text` as `write_files` puts it on disk: each lone surrogate as its `\\uXXXX` escape (`TEXT_ERRORS`),
+    anything else unchanged. Stages that hand text to a parser (pyslang refuses a lone surrogate) or compare it
+    with the written files then see the same characters the tools read."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", TEXT_ERRORS).decode("utf-8")
+    return text
+
+
 def write_files(root: Path, files: Mapping[str, str]) -> list[Path]:
-    """Write {relative path: text} under root; every path is checked with `safe_relpath`."""
+    """Write {relative path: text} under root; every path is checked with `safe_relpath`; text as UTF-8, a
+    lone surrogate as its `\\uXXXX` escape (`TEXT_ERRORS`)."""
     written = []
     for rel, text in files.items():
         dest = root / safe_relpath(rel)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(text)
+        dest.write_text(text, encoding="utf-8", errors=TEXT_ERRORS)
         written.append(dest)
     return written
 

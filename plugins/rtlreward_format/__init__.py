@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rtlreward import hookimpl
 from rtlreward.model import Diagnostic, StageResult, Status
-from rtlreward.stage import FILES, Stage, StageContext
+from rtlreward.stage import FILES, Stage, StageContext, well_formed
 
 from .extract import MAX_REPLY_CHARS, ReplyError, expected_modules, extract, pass_through
 
@@ -24,7 +24,8 @@ def expected_paths(task) -> list[str]:
 
 class FormatStage(Stage):
     name = "format"
-    version = "1"
+    # 2: a lone surrogate in the files becomes its \uXXXX escape (results cached by 1 kept it, and later stages raised)
+    version = "2"
     requires = ()
     provides = (FILES,)  # the engine hands these files (restricted to the task's answer paths) to every stage
     needs = ()  # it reads the raw candidate
@@ -91,7 +92,7 @@ class FormatStage(Stage):
             metrics=metrics,
             diagnostics=diags,
             feedback=feedback,
-            artifacts={"files": ex.files},
+            artifacts={"files": _well_formed(ex.files)},
         )
 
     def _pass_through(self, ctx: StageContext, expected: list[str], base: dict) -> StageResult:
@@ -116,8 +117,14 @@ class FormatStage(Stage):
             metrics={**base, "files_found": len(found)},
             diagnostics=diags,
             feedback=feedback,
-            artifacts={"files": files},
+            artifacts={"files": _well_formed(files)},
         )
+
+
+def _well_formed(files: dict[str, str]) -> dict[str, str]:
+    """The answer's files as every later stage sees them: a lone surrogate in a reply (half an emoji, JSON's
+    "\\ud83d") becomes its `\\uXXXX` escape, the bytes `write_files` writes, so no stage raises on it."""
+    return {path: well_formed(text) if isinstance(text, str) else text for path, text in files.items()}
 
 
 @hookimpl

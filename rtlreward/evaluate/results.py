@@ -131,7 +131,10 @@ class ResultAppender:
             path.parent.mkdir(parents=True, exist_ok=True)
             fresh = not path.exists() or path.stat().st_size == 0
             needs_newline = not fresh and not path.read_bytes().endswith(b"\n")
-            self._fh = path.open("a", encoding="utf-8")
+            # A reply (--keep-replies) or a diagnostic may hold a lone surrogate, which UTF-8 cannot encode:
+            # written as the six characters `\ud83d`, which inside a JSON string is that same escape, so the row
+            # reads back exactly as it was (and valid UTF-8 throughout).
+            self._fh = path.open("a", encoding="utf-8", errors="backslashreplace")
             if needs_newline:  # a killed run left half a line: start ours on a fresh one
                 self._fh.write("\n")
                 self._fh.flush()
