@@ -33,12 +33,12 @@ def reply(name: str) -> str:
 @contextlib.contextmanager
 def running(engine: Any, tasks: Any = (), **options: Any) -> Iterator[str]:
     """A server for (engine, tasks) on 127.0.0.1:<free port>; yields its base URL. Options are the
-    RewardService's (allow_inline_tasks, jobs, max_queue, request_timeout) and the HTTP server's (token,
-    client_timeout, max_body)."""
+    RewardService's (allow_inline_tasks, jobs, max_queue, client_queue, request_timeout) and the HTTP server's
+    (token, client_timeout, max_body, max_connections, reply_after)."""
     from rtlreward_server.run import serve_in_thread
     from rtlreward_server.server import RewardService
 
-    service_keys = ("allow_inline_tasks", "jobs", "max_queue", "request_timeout")
+    service_keys = ("allow_inline_tasks", "jobs", "max_queue", "client_queue", "request_timeout")
     service = RewardService(engine, tasks, **{k: options.pop(k) for k in service_keys if k in options})
     server, _ = serve_in_thread(service, "127.0.0.1", 0, **options)
     try:
@@ -123,12 +123,14 @@ class Probe(Stage):
     peak = 0
     runs = 0
     seconds = 0.0
+    started: list[str] = []  # the replies, in the order their evaluations began
 
     @classmethod
     def reset(cls, seconds: float = 0.0) -> None:
         with cls.lock:
             cls.running = cls.peak = cls.runs = 0
             cls.seconds = seconds
+            cls.started = []
 
     def run(self, ctx):
         cls = type(self)
@@ -136,6 +138,7 @@ class Probe(Stage):
             cls.running += 1
             cls.runs += 1
             cls.peak = max(cls.peak, cls.running)
+            cls.started.append("\n".join(ctx.files.values()))
         try:
             text = "\n".join(ctx.files.values())
             delay = cls.seconds

@@ -35,7 +35,8 @@ def rtlreward_register_commands(app):
     import typer
 
     from .app import DEFAULT_CLIENT_TIMEOUT
-    from .server import DEFAULT_MAX_QUEUE, DEFAULT_REQUEST_TIMEOUT
+    from .run import DEFAULT_MAX_CONNECTIONS
+    from .server import DEFAULT_CLIENT_QUEUE, DEFAULT_MAX_QUEUE, DEFAULT_REQUEST_TIMEOUT
 
     @app.command("serve")
     def serve(
@@ -78,6 +79,23 @@ def rtlreward_register_commands(app):
             DEFAULT_MAX_QUEUE,
             min=0,
             help="Items that may wait for a worker; beyond it requests get 429 with Retry-After.",
+        ),
+        client_queue: int = typer.Option(
+            DEFAULT_CLIENT_QUEUE,
+            min=0,
+            help="Items one client address may have waiting; beyond it its requests get 429. Clients are "
+            "served in turns, so one client's backlog never holds back another's next item.",
+        ),
+        max_connections: int = typer.Option(
+            DEFAULT_MAX_CONNECTIONS,
+            min=0,
+            help="Connections one client address may hold open (0: no cap); beyond it a connection gets 503.",
+        ),
+        reply_after: str | None = typer.Option(
+            None,
+            help="For /get_reward queries sent without 'prompts': the chat template (chatml, llama3, deepseek, "
+            "gemma, phi3, gpt-oss) or the text that opens the assistant's turn; the reply is what follows it. "
+            "Without it, such queries are refused rather than guessed at.",
         ),
         request_timeout: float = typer.Option(
             DEFAULT_REQUEST_TIMEOUT,
@@ -127,6 +145,7 @@ def rtlreward_register_commands(app):
             allow_inline_tasks=inline_tasks,
             jobs=jobs,
             max_queue=max_queue,
+            client_queue=client_queue,
             request_timeout=request_timeout,
         )
         access = logging.getLogger("rtlreward.server.access")
@@ -136,7 +155,13 @@ def rtlreward_register_commands(app):
             access.addHandler(handler)
             access.setLevel(logging.INFO)
         access.propagate = False
-        server = make_server(service, token=token, client_timeout=client_timeout)
+        server = make_server(
+            service,
+            token=token,
+            client_timeout=client_timeout,
+            max_connections=max_connections,
+            reply_after=reply_after,
+        )
         try:
             sock = bind(host, port, server.config.backlog)
         except OSError as exc:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
 import math
 import time
@@ -51,6 +52,25 @@ DEFAULT_CLIENT_TIMEOUT = 30.0  # seconds for a client to send its request (heade
 PARSE_IN_THREAD = 256 << 10  # bodies larger than this are parsed off the event loop
 OPEN_PATHS = frozenset({"/health"})  # reachable without a token: liveness probes
 ENDPOINTS = ("/health", "/tasks", "/metrics", "/score", "/score_batch", "/get_reward", "/reward")
+# Beginning-of-sequence tokens a tokenizer may add in front of a decoded query, or a chat template in front of
+# a prompt: the only difference between a query's start and its prompt that `reply_of` accepts.
+BOS_TOKENS = (
+    "<|begin_of_text|>",
+    "<|startoftext|>",
+    "<|endoftext|>",
+    "<bos>",
+    "<s>",
+    "<\uff5cbegin\u2581of\u2581sentence\uff5c>",  # DeepSeek
+)
+# What opens the assistant's turn in common chat templates (`--reply-after NAME`; any other text is taken as is).
+REPLY_MARKERS = {
+    "chatml": "<|im_start|>assistant\n",  # Qwen, many others
+    "llama3": "<|start_header_id|>assistant<|end_header_id|>\n\n",
+    "deepseek": "<\uff5cAssistant\uff5c>",
+    "gemma": "<start_of_turn>model\n",
+    "phi3": "<|assistant|>\n",
+    "gpt-oss": "<|start|>assistant",
+}
 # Special tokens a chat template leaves at the end of a decoded OpenRLHF query.
 END_TOKENS = (
     "<|im_end|>",
@@ -64,6 +84,15 @@ END_TOKENS = (
 )
 
 
+class JSONAnswer(JSONResponse):
+    """JSON in ASCII (`\\uXXXX` escapes): any text a client sent may come back in an answer (an unknown task id,
+    a diagnostic quoting the reply), and a lone surrogate in it cannot be encoded as UTF-8; escaped, every
+    string JSON can hold can be answered."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
 class _Disconnected(Exception):
     """The client went away while sending its body: there is nobody to answer."""
 
@@ -72,17 +101,30 @@ def _error(message: str, status: int, headers: dict[str, str] | None = None, clo
     headers = dict(headers or {})
     if close:  # the body may be unread: do not let the client keep the connection open to trickle it
         headers["Connection"] = "close"
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
+    return JSONAnswer({"error": message}, status_code=status, headers=headers)
 
 
-def reply_of(query: str, prompt: str | None) -> str:
-    """The model's reply inside an OpenRLHF query (prompt + reply, decoded with special tokens)."""
-    reply = query
-    if prompt:
-        if query.startswith(prompt):
-            reply = query[len(prompt) :]
-        elif prompt in query:  # e.g. a BOS token before the prompt
-            reply = query[query.index(prompt) + len(prompt) :]
+def client_of(scope: dict[str, Any]) -> tuple[str, str]:
+    """The fairness key of a request (`FairPool`): its client's address, and the connection it came on."""
+    host, port = (scope.get("client") or ("-", 0))[:2]
+    return str(host), f"{host}:{port}"
+
+
+class ReplyNotFound(RequestError):
+    """The reply cannot be told from the prompt in an OpenRLHF query without guessing."""
+
+
+def _skip_bos(text: str) -> str:
+    while True:
+        for token in BOS_TOKENS:
+            if text.startswith(token):
+                text = text[len(token) :]
+                break
+        else:
+            return text
+
+
+def _strip_end_tokens(reply: str) -> str:
     stripped = True
     while stripped:
         stripped = False
@@ -92,6 +134,44 @@ def reply_of(query: str, prompt: str | None) -> str:
                 reply = reply[: -len(token)]
                 stripped = True
     return reply
+
+
+def reply_of(query: str, prompt: str | None, reply_after: str | None = None) -> str:
+    """The model's reply inside an OpenRLHF query (prompt + reply, decoded with special tokens), found exactly
+    or not at all (`ReplyNotFound`).
+
+    With a prompt: the query must begin with it, exactly (beginning-of-sequence tokens the tokenizer added in
+    front of either are allowed); the reply is the rest. Guessing here is a reward hack: a query whose prompt
+    shows a design (a refinement prompt, a spec with an example) scored whole, or scored after a prompt that
+    differs by one space, pays the reply for the prompt's code. Without a prompt, `reply_after` (the chat
+    template's opening of the assistant's turn, `--reply-after`) marks where the reply starts: the text after its
+    last occurrence, which the prompt ends with, so every character scored is the model's own."""
+    if prompt is not None:
+        rest = _skip_bos(query)
+        head = _skip_bos(prompt)
+        if not rest.startswith(head):
+            at = next(
+                (i for i, (a, b) in enumerate(zip(rest, head, strict=False)) if a != b),
+                min(len(rest), len(head)),
+            )
+            raise ReplyNotFound(
+                f"the query does not begin with its prompt (they differ at character {at}: the prompt has "
+                f"{head[at : at + 20]!r}, the query {rest[at : at + 20]!r}); send 'prompts' exactly as the trainer "
+                "decoded them, or leave them out and start the server with --reply-after"
+            )
+        return _strip_end_tokens(rest[len(head) :])
+    if reply_after:
+        at = query.rfind(reply_after)
+        if at < 0:
+            raise ReplyNotFound(
+                f"the query has no {reply_after!r} (the server's --reply-after) to mark where the reply begins"
+            )
+        return _strip_end_tokens(query[at + len(reply_after) :])
+    raise ReplyNotFound(
+        "'prompts' is missing, so the reply cannot be told from the prompt (whose own code would be scored as "
+        "the reply's): send 'prompts' (OpenRLHF does), or start the server with --reply-after naming the chat "
+        f"template ({', '.join(REPLY_MARKERS)}) or the text that opens the assistant's turn"
+    )
 
 
 class _ServiceCollector:
@@ -161,8 +241,11 @@ class RewardApp:
         token: str | None = None,
         max_body: int = MAX_BODY,
         client_timeout: float = DEFAULT_CLIENT_TIMEOUT,
+        reply_after: str | None = None,
     ) -> None:
         self.service = service
+        # a chat template's name, or the literal text that opens the assistant's turn (see `reply_of`)
+        self.reply_after = REPLY_MARKERS.get(reply_after, reply_after) if reply_after else None
         self.token = token or None  # an empty token is no token
         self.max_body = max_body
         self.client_timeout = client_timeout
@@ -316,10 +399,10 @@ class RewardApp:
 
     # -- endpoints --------------------------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
-        return JSONResponse(self.service.health())
+        return JSONAnswer(self.service.health())
 
     async def tasks(self, request: Request) -> Response:
-        return JSONResponse({"tasks": [t.id for t in self.service.tasks]})
+        return JSONAnswer({"tasks": [t.id for t in self.service.tasks]})
 
     async def metrics(self, request: Request) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
@@ -328,10 +411,10 @@ class RewardApp:
         async def one(request: Request, body: Any) -> Response:
             pair = self.service.parse_item(body)
             request.scope["rtlreward"]["items"] = 1
-            (outcome,) = await self.service.arun([pair])
+            (outcome,) = await self.service.arun([pair], client_of(request.scope))
             if isinstance(outcome, ItemError):
                 return _error(outcome.message, outcome.status)
-            return JSONResponse(outcome.to_dict())
+            return JSONAnswer(outcome.to_dict())
 
         return await self._handle(request, one)
 
@@ -339,8 +422,8 @@ class RewardApp:
         async def batch(request: Request, body: Any) -> Response:
             pairs, where = self.service.split_batch(body)
             request.scope["rtlreward"]["items"] = len(where)
-            outcomes = await self.service.arun(pairs) if pairs else []
-            return JSONResponse(self.service.merge_batch(where, outcomes))
+            outcomes = await self.service.arun(pairs, client_of(request.scope)) if pairs else []
+            return JSONAnswer(self.service.merge_batch(where, outcomes))
 
         return await self._handle(request, batch)
 
@@ -377,11 +460,13 @@ class RewardApp:
             task_id = label.get("task_id") if isinstance(label, dict) else label
             try:
                 pairs.append(
-                    self.service.parse_item({"task_id": task_id, "completion": reply_of(query, prompt)})
+                    self.service.parse_item(
+                        {"task_id": task_id, "completion": reply_of(query, prompt, self.reply_after)}
+                    )
                 )
             except RequestError as exc:
                 raise RequestError(f"query {i}: {exc}", exc.status) from None
-        outcomes = await self.service.arun(pairs)
+        outcomes = await self.service.arun(pairs, client_of(request.scope))
         failed = [(i, o) for i, o in enumerate(outcomes) if isinstance(o, ItemError)]
         if failed:
             i, err = failed[0]
@@ -389,7 +474,7 @@ class RewardApp:
                 f"{len(failed)} of {n} queries not scored; query {i}: {err.message}", err.status
             )
         rewards: list[Reward] = [o for o in outcomes if isinstance(o, Reward)]
-        return JSONResponse(
+        return JSONAnswer(
             {
                 "rewards": [r.total for r in rewards],
                 "scores": [_normalized(r) for r in rewards],

@@ -13,7 +13,12 @@ What uvicorn does not do, added here:
 - a deadline for the request line and headers: uvicorn's keep-alive timer runs only between requests, so a
   client that connects and trickles its headers would hold its connection forever. `_GuardedH11` closes a
   connection that has not sent a complete request head `client_timeout` seconds after it started waiting for
-  one; the body has its own deadline in the app (408).
+  one; the body has its own deadline in the app (408). Between requests uvicorn's keep-alive timer closes an
+  idle connection (`timeout_keep_alive`).
+- a cap on connections per client address (`max_connections`): 300 connections from one address that each send
+  half a request would otherwise hold 300 sockets until their deadlines; beyond the cap a connection is answered
+  503 (JSON) and closed at once, so one address cannot crowd out the others, and GET /health from elsewhere is
+  answered throughout.
 - binding the socket ourselves, so the listen backlog is ours (2048, not 5: 160 of 200 simultaneous clients
   got connection resets with the old server) and the real port of `--port 0` is known before serving.
 - refusing to listen beyond loopback without a bearer token: the server runs hostile code on request.
@@ -25,6 +30,7 @@ import ipaddress
 import socket
 import threading
 import time
+from collections import Counter
 from typing import Any
 
 import h11
@@ -36,6 +42,7 @@ from .server import RewardService
 
 BACKLOG = 2048
 MIN_TOKEN_LENGTH = 16
+DEFAULT_MAX_CONNECTIONS = 256  # per client address
 
 
 class BindError(ValueError):
@@ -46,10 +53,26 @@ class _GuardedH11(H11Protocol):
     """uvicorn's h11 protocol with a deadline for each request head (request line + headers)."""
 
     header_timeout: float = DEFAULT_CLIENT_TIMEOUT
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    open_connections: Counter[str]  # per address; each server's protocol class has its own (make_server)
 
     def connection_made(self, transport: Any) -> None:
         self._head_timer: Any = None
+        peer = transport.get_extra_info("peername")
+        self._peer = str(peer[0]) if isinstance(peer, tuple) and peer else "-"
+        self.open_connections[self._peer] += 1
         super().connection_made(transport)
+        if self.max_connections and self.open_connections[self._peer] > self.max_connections:
+            body = (
+                b'{"error":"too many connections from your address (at most %d at once, the server\'s '
+                b'--max-connections): reuse connections or close idle ones"}' % self.max_connections
+            )
+            transport.write(
+                b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                b"retry-after: 1\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            transport.close()
+            return
         self._watch()
 
     def handle_events(self) -> None:
@@ -58,6 +81,9 @@ class _GuardedH11(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self.open_connections[self._peer] -= 1
+        if self.open_connections[self._peer] <= 0:
+            del self.open_connections[self._peer]
         super().connection_lost(exc)
 
     def _watch(self) -> None:
@@ -132,11 +158,17 @@ def make_server(
     token: str | None = None,
     client_timeout: float = DEFAULT_CLIENT_TIMEOUT,
     backlog: int = BACKLOG,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
     **app_options: Any,
 ) -> uvicorn.Server:
-    """A uvicorn server for `service` (not started; `server.run(sockets=[bind(...)])`)."""
+    """A uvicorn server for `service` (not started; `server.run(sockets=[bind(...)])`). `max_connections`:
+    connections one client address may hold open (0: no cap)."""
     app = RewardApp(service, token=token, client_timeout=client_timeout, **app_options)
-    protocol = type("GuardedH11", (_GuardedH11,), {"header_timeout": client_timeout})
+    protocol = type(
+        "GuardedH11",
+        (_GuardedH11,),
+        {"header_timeout": client_timeout, "max_connections": max_connections, "open_connections": Counter()},
+    )
     config = uvicorn.Config(
         app,
         http=protocol,

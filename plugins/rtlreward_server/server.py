@@ -5,9 +5,16 @@ imports no web framework, so it can be embedded or tested directly (`RewardServi
 Why a bounded pool with a bounded queue in front, and refusals beyond it: the standard-library server it
 replaces ran one `Engine.score` per connection thread, so 80 looping clients meant 80 simulations on 2 cores:
 a correct reply got 62x slower and once timed its compile out (a wrong reward, not just a slow one). Here at
-most `jobs` evaluations run at once, at most `max_queue` more wait, in order; a request that does not fit is
-refused whole (HTTP 429 with `Retry-After`, estimated from the measured time per evaluation), so an overloaded
-server answers quickly and every evaluation it does run gets the machine it was calibrated for.
+most `jobs` evaluations run at once, at most `max_queue` more wait, and one client address at most `client_queue` of
+them; a request that does not fit is refused whole (HTTP 429 with `Retry-After`, estimated from the measured time
+per evaluation), so an overloaded server answers quickly and every evaluation it does run gets the machine it
+was calibrated for.
+
+Why turns across clients and not one queue in arrival order (`FairPool`): one client that sent 80 replies
+looping at zero delay held both workers for all 80 evaluations, and another client's correct reply, queued
+behind them, got a 504 instead of its reward. Now the workers serve clients in turn, so a client's backlog
+delays another's next item by at most the evaluations already running; the loops themselves are cut at the
+task's calibrated limit (rtlreward.calibration), not the profile's 60 s.
 
 A request's items are admitted all or nothing, then evaluated one by one in the pool; identical (task,
 candidate) items in one request are evaluated once (like `Engine.score_batch`), and concurrent identical items
@@ -24,27 +31,34 @@ import concurrent.futures as cf
 import math
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
 
+from rtlreward.engine import EngineError
 from rtlreward.integration import TaskIndex
 from rtlreward.model import ORIGIN_INLINE, Candidate, Reward, Task
 
 from .jsonlimits import MAX_BODY, BodyError
 
 MAX_BATCH = 1024
-DEFAULT_MAX_QUEUE = 1024  # the largest batch fits in an idle server
+DEFAULT_MAX_QUEUE = 2048  # two clients' largest batches fit at once
+DEFAULT_CLIENT_QUEUE = (
+    MAX_BATCH  # one client's waiting items: its largest batch fits, half the queue stays free
+)
 DEFAULT_REQUEST_TIMEOUT = 300.0
+LOCAL_CLIENT: tuple[str, str] = ("local", "local")  # callers without a connection (embedding, tests)
 
 __all__ = [
+    "DEFAULT_CLIENT_QUEUE",
     "DEFAULT_MAX_QUEUE",
     "DEFAULT_REQUEST_TIMEOUT",
     "MAX_BATCH",
     "MAX_BODY",
     "BodyError",
+    "FairPool",
     "ItemError",
     "Overloaded",
     "RequestError",
@@ -102,11 +116,108 @@ class _Stats:
                     self.stage_cached[name] += 1
 
 
+class FairPool:
+    """`workers` threads taking work in turns across clients, not in arrival order.
+
+    A client is a pair (group, connection): the group is the client's address, the connection one TCP
+    connection of it. A free worker takes the next item of the group with the fewest items running (ties: the
+    one served longest ago), and within it of the connection chosen the same way; within one connection items
+    keep their order. So a client that queued 80 slow items delays another client's item only until a worker
+    is free (at most one evaluation per worker, those running when it arrived), and a trainer on another host
+    gets its share of the workers however many connections the first one opens. Futures are
+    `concurrent.futures.Future`s: a queued item can be cancelled (it never runs); a running one cannot (its
+    commands have their own limits)."""
+
+    def __init__(self, workers: int, name: str = "rtlreward-serve") -> None:
+        self._cond = threading.Condition()
+        self._waiting: dict[str, dict[str, deque[tuple[cf.Future, Any, tuple[Any, ...]]]]] = {}
+        self._running: Counter[str] = Counter()  # items running, per group and per (group, connection) key
+        self._served: dict[str, int] = {}  # the turn at which each key last had an item started
+        self._turn = 0
+        self._closed = False
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
+            for i in range(max(1, workers))
+        ]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, client: tuple[str, str], fn: Any, *args: Any) -> cf.Future:
+        fut: cf.Future = cf.Future()
+        group, conn = client
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the pool is shut down")
+            self._waiting.setdefault(group, {}).setdefault(conn, deque()).append((fut, fn, args))
+            self._cond.notify()
+        return fut
+
+    def _pick(self, keys: Any, prefix: str) -> str:
+        return min(keys, key=lambda k: (self._running[prefix + k], self._served.get(prefix + k, -1)))
+
+    def _next(self) -> tuple[str, str, cf.Future, Any, tuple[Any, ...]] | None:
+        """The next item in turn, or None once closed (called with the lock held)."""
+        while not self._closed:
+            if not self._waiting:
+                self._cond.wait()
+                continue
+            group = self._pick(self._waiting, "")
+            conns = self._waiting[group]
+            conn = self._pick(conns, group + "\0")
+            fut, fn, args = conns[conn].popleft()
+            if not conns[conn]:
+                del conns[conn]
+                if not conns:
+                    del self._waiting[group]
+            if fut.set_running_or_notify_cancel():
+                self._turn += 1
+                for key in (group, group + "\0" + conn):
+                    self._running[key] += 1
+                    self._served[key] = self._turn
+                return group, conn, fut, fn, args
+        return None
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                item = self._next()
+            if item is None:
+                return
+            group, conn, fut, fn, args = item
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # the future carries it to whoever waits
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
+            finally:
+                with self._cond:
+                    waiting = self._waiting.get(group, {})
+                    for key, idle in ((group, not waiting), (group + "\0" + conn, conn not in waiting)):
+                        self._running[key] -= 1
+                        if self._running[key] <= 0:
+                            del self._running[key]
+                            if idle:  # nothing of it left: forget it (a client seen once costs nothing)
+                                self._served.pop(key, None)
+
+    def shutdown(self) -> None:
+        """Cancel every queued item; the workers end once their running items finish."""
+        with self._cond:
+            self._closed = True
+            for conns in self._waiting.values():
+                for items in conns.values():
+                    for fut, _, _ in items:
+                        fut.cancel()
+            self._waiting.clear()
+            self._cond.notify_all()
+
+
 class RewardService:
     """Tasks by id, a bounded pool of engine workers and the request formats, without HTTP.
 
-    `jobs` evaluations run at once (default: the engine's `jobs`), `max_queue` more may wait; a request whose
-    distinct items do not fit is refused (`Overloaded`, HTTP 429). `allow_inline_tasks` (off by default): inline
+    `jobs` evaluations run at once (default: the engine's `jobs`), `max_queue` more may wait, one client address
+    at most `client_queue` of them (beyond `jobs` running); a request whose distinct items do not fit is refused
+    (`Overloaded`, HTTP 429). Clients are served in turns (`FairPool`). `allow_inline_tasks` (off by default): inline
     tasks carry harness code the server will run, so a client that may send them can run code of its choosing
     in the sandbox; the core keeps their results in their own cache namespace either way."""
 
@@ -118,6 +229,7 @@ class RewardService:
         allow_inline_tasks: bool = False,
         jobs: int | None = None,
         max_queue: int = DEFAULT_MAX_QUEUE,
+        client_queue: int = DEFAULT_CLIENT_QUEUE,
         request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
         self.engine = engine
@@ -126,14 +238,18 @@ class RewardService:
         self.jobs = max(1, int(jobs or getattr(engine, "jobs", 0) or 1))
         self.max_queue = max(0, int(max_queue))
         self.capacity = self.jobs + self.max_queue
+        self.client_queue = max(0, int(client_queue))
+        self.client_capacity = min(self.capacity, self.jobs + self.client_queue)
         self.request_timeout = request_timeout if request_timeout and request_timeout > 0 else None
         self.stats = _Stats()
         self._fingerprints: dict[str, tuple[Task, str]] = {}
         self._lock = threading.Lock()
         self._pending = 0  # admitted items not finished: waiting + running
+        self._client_pending: Counter[str] = Counter()  # the same, per client address (FairPool's group)
         self._running = 0
         self._mean_eval = 1.0  # seconds per evaluation, a moving average (for Retry-After)
-        self._pool = cf.ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="rtlreward-serve")
+        self._pool = FairPool(self.jobs)
+        self._closing = False
 
     # -- requests -> items ------------------------------------------------------------------------------------
     def parse_item(self, item: Any) -> tuple[Task, Candidate]:
@@ -205,29 +321,38 @@ class RewardService:
             self._fingerprints[task.id] = (task, fp)
         return fp
 
-    def _retry_after(self, wanted: int) -> int:
+    def _retry_after(self, ahead: int) -> int:
+        """Seconds until about `ahead` items have left the workers."""
         with self._lock:
-            ahead = max(0, self._pending + wanted - self.capacity)
             mean = self._mean_eval
         return int(min(120, max(1, math.ceil((ahead + 1) * mean / self.jobs))))
 
-    def _admit(self, n: int) -> None:
-        if n > self.capacity:
+    def _admit(self, n: int, client: tuple[str, str]) -> None:
+        if n > self.client_capacity:
             raise RequestError(
-                f"{n} distinct items is more than this server can hold at once ({self.capacity}: "
-                f"{self.jobs} workers + --max-queue {self.max_queue}); split the request",
+                f"{n} distinct items is more than one client may have waiting at once ({self.client_capacity}: "
+                f"{self.jobs} workers + --client-queue {self.client_queue}, within --max-queue "
+                f"{self.max_queue}); split the request",
                 413,
             )
         with self._lock:
-            if self._pending + n <= self.capacity:
+            mine = self._client_pending[client[0]]
+            if mine + n <= self.client_capacity and self._pending + n <= self.capacity:
                 self._pending += n
+                self._client_pending[client[0]] += n
                 return
+            if mine + n > self.client_capacity:
+                why = (
+                    f"your address has {mine} items waiting or running (at most {self.client_capacity}: "
+                    "--client-queue)"
+                )
+                ahead = mine + n - self.client_capacity
+            else:
+                why = f"server busy: {max(0, self._pending - self._running)} items queued, {self._running} running"
+                ahead = self._pending + n - self.capacity
         with self.stats.lock:
             self.stats.rejected += 1
-        raise Overloaded(
-            f"server busy: {self.queue_depth} items queued, {self.in_flight} running; retry later",
-            self._retry_after(n),
-        )
+        raise Overloaded(f"{why}; retry later", self._retry_after(ahead))
 
     def _evaluate(self, task: Task, cand: Candidate) -> Reward:
         with self._lock:
@@ -243,13 +368,19 @@ class RewardService:
         self.stats.count_reward(reward)
         return reward
 
-    def _release(self, _fut: cf.Future) -> None:
+    def _release(self, client: tuple[str, str]) -> None:
         with self._lock:
             self._pending -= 1
+            self._client_pending[client[0]] -= 1
+            if self._client_pending[client[0]] <= 0:
+                del self._client_pending[client[0]]
 
-    def submit(self, pairs: Sequence[tuple[Task, Candidate]]) -> tuple[list[cf.Future], list[int]]:
-        """Admit `pairs` (all or nothing: RequestError/Overloaded otherwise) and queue their distinct ones.
-        Returns the futures of the distinct pairs and, per pair, the index of its future."""
+    def submit(
+        self, pairs: Sequence[tuple[Task, Candidate]], client: tuple[str, str] = LOCAL_CLIENT
+    ) -> tuple[list[cf.Future], list[int]]:
+        """Admit `pairs` for `client` ((group, connection): see `FairPool`) all or nothing (RequestError or
+        Overloaded otherwise) and queue their distinct ones. Returns the futures of the distinct pairs and, per
+        pair, the index of its future."""
         index: dict[tuple[str, str], int] = {}
         slots: list[int] = []
         unique: list[tuple[Task, Candidate]] = []
@@ -261,16 +392,16 @@ class RewardService:
             slots.append(index[key])
         if not unique:
             return [], slots
-        self._admit(len(unique))
+        self._admit(len(unique), client)
         futures = []
         try:
             for task, cand in unique:
-                fut = self._pool.submit(self._evaluate, task, cand)
-                fut.add_done_callback(self._release)
+                fut = self._pool.submit(client, self._evaluate, task, cand)
+                fut.add_done_callback(lambda _f: self._release(client))
                 futures.append(fut)
         except RuntimeError:  # the pool was shut down (server stopping)
-            with self._lock:
-                self._pending -= len(unique) - len(futures)
+            for _ in range(len(unique) - len(futures)):
+                self._release(client)
             for fut in futures:
                 fut.cancel()
             raise RequestError("the server is shutting down", 503) from None
@@ -295,7 +426,10 @@ class RewardService:
                 done.append(ItemError("cancelled: the server is shutting down", 503))
             elif fut.exception() is not None:
                 exc = fut.exception()
-                done.append(ItemError(f"internal error while scoring: {type(exc).__name__}: {exc}", 500))
+                if isinstance(exc, EngineError) and self._closing:  # the server stopped while it was set up
+                    done.append(ItemError("cancelled: the server is shutting down", 503))
+                else:
+                    done.append(ItemError(f"internal error while scoring: {type(exc).__name__}: {exc}", 500))
             else:
                 done.append(fut.result())
         out: list[Reward | ItemError] = []
@@ -318,15 +452,19 @@ class RewardService:
                     self.stats.item_errors[str(o.status)] += 1
         return out
 
-    def run(self, pairs: Sequence[tuple[Task, Candidate]]) -> list[Reward | ItemError]:
+    def run(
+        self, pairs: Sequence[tuple[Task, Candidate]], client: tuple[str, str] = LOCAL_CLIENT
+    ) -> list[Reward | ItemError]:
         """Score `pairs` through the pool, waiting in this thread (embedding, tests)."""
-        futures, slots = self.submit(pairs)
+        futures, slots = self.submit(pairs, client)
         cf.wait(futures, timeout=self.request_timeout)
         return self._outcomes(pairs, futures, slots)
 
-    async def arun(self, pairs: Sequence[tuple[Task, Candidate]]) -> list[Reward | ItemError]:
+    async def arun(
+        self, pairs: Sequence[tuple[Task, Candidate]], client: tuple[str, str] = LOCAL_CLIENT
+    ) -> list[Reward | ItemError]:
         """Score `pairs` through the pool without blocking the event loop."""
-        futures, slots = self.submit(pairs)
+        futures, slots = self.submit(pairs, client)
         if futures:
             waiting = [asyncio.wrap_future(f) for f in futures]
             await asyncio.wait(waiting, timeout=self.request_timeout)
@@ -376,6 +514,12 @@ class RewardService:
         with self._lock:
             return max(0, self._pending - self._running)
 
+    @property
+    def clients(self) -> int:
+        """Client addresses with items waiting or running."""
+        with self._lock:
+            return len(self._client_pending)
+
     def health(self) -> dict[str, Any]:
         return {
             "status": "ok",
@@ -384,8 +528,10 @@ class RewardService:
             "in_flight": self.in_flight,
             "queue_depth": self.queue_depth,
             "capacity": self.capacity,
+            "clients": self.clients,
         }
 
     def close(self) -> None:
         """Stop taking work; queued items are cancelled, running ones finish in the background."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._closing = True
+        self._pool.shutdown()
