@@ -133,7 +133,7 @@ def test_openrlhf_remote_reward_model_contract(server, arbiter, path):
 def test_openrlhf_errors_are_the_whole_requests(server, arbiter):
     """A label that names no loaded task must be loud: OpenRLHF wants one number per query."""
     status, _, body = sh.request(
-        server + "/get_reward", {"query": ["a", "b"], "prompts": ["", ""], "labels": [arbiter.id, "zzz"]}
+        server + "/get_reward", {"query": ["pa", "pb"], "prompts": ["p", "p"], "labels": [arbiter.id, "zzz"]}
     )
     assert status == 404 and "query 1" in body["error"] and "unknown task id" in body["error"]
     status, _, body = sh.request(server + "/get_reward", {"query": ["a"], "prompts": [""]})

@@ -334,3 +334,122 @@ def test_a_correct_reply_earns_its_reward_while_another_client_floods_the_server
 def engine_busy(url: str) -> bool:
     _, _, health = sh.request(url + "/health")
     return health["in_flight"] >= 2 and health["queue_depth"] >= 1
+
+
+# -- found by attacking the above -------------------------------------------------------------------------------
+def test_x_forwarded_for_names_no_one(cheap_engine, arbiter, caplog):
+    """uvicorn trusts X-Forwarded-For from loopback by default: any local client could name itself anew per
+    request, escaping its address's queue limit and turns, and forging the log."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="rtlreward.server.access")
+    with sh.running(cheap_engine, [arbiter]) as url:
+        status, _, _ = sh.request(url + "/tasks", headers={"X-Forwarded-For": "10.9.8.7"})
+        assert status == 200
+        wait_for(lambda: any("/tasks" in r.getMessage() for r in caplog.records), "the access line")
+    lines = [r.getMessage() for r in caplog.records if r.name == "rtlreward.server.access"]
+    assert any(line.startswith("127.0.0.1 GET /tasks") for line in lines), lines
+    assert not any("10.9.8.7" in line for line in lines), lines
+
+
+class _Gated:
+    """An engine stand-in for the admission test: each evaluation waits until its reply's gate opens."""
+
+    def __init__(self) -> None:
+        self.gates: dict[str, threading.Event] = {}
+        self.jobs = 1
+
+    def gate(self, text: str) -> threading.Event:
+        return self.gates.setdefault(text, threading.Event())
+
+    def score(self, task, cand):
+        from rtlreward.model import Reward
+
+        self.gate(cand.text).wait(30)
+        return Reward(
+            task_id=task.id, sample=cand.sample, profile="gated", total=1.0, max_total=1.0, passed=True
+        )
+
+
+def test_addresses_that_top_the_queue_up_cannot_keep_another_batch_out():
+    """With a full queue, room freed one item at a time went to whoever asked first: two addresses topping up
+    single items kept a third address's batch of two out for good. A refused address now waits in line and the
+    room it needs is held for it."""
+    from rtlreward_server.server import Overloaded, RewardService
+
+    engine = _Gated()
+    service = RewardService(engine, [sh.PROBE_TASK], jobs=1, max_queue=2, client_queue=2)
+
+    def items(*texts):
+        return [(sh.PROBE_TASK, sh.h.Candidate(text=t)) for t in texts]
+
+    a, b, victim = ("10.0.0.1", "a"), ("10.0.0.2", "b"), ("10.0.0.3", "v")
+    held = [service.submit(items("a1"), a)[0][0], service.submit(items("b1", "b2"), b)[0]]
+    with pytest.raises(Overloaded):  # full: 3 of 3
+        service.submit(items("v1", "v2"), victim)
+    engine.gate("a1").set()
+    wait_for(lambda: held[0].done(), "a1")
+    with pytest.raises(Overloaded):  # one slot free, but the victim is ahead in line for two
+        service.submit(items("a2"), a)
+    engine.gate("b1").set()
+    wait_for(lambda: held[1][0].done(), "b1")
+    futures, _ = service.submit(items("v1", "v2"), victim)  # two free: the victim's
+    for t in ("b2", "v1", "v2"):
+        engine.gate(t).set()
+    assert all(f.result(30).passed for f in futures)
+    service.close()
+
+
+def test_an_empty_or_cut_short_prompt_is_refused_not_scored_whole(cheap_server, arbiter):
+    prompt = CHAT.format(code=sh.reply("correct"))
+    query = prompt + "I cannot do this.<|im_end|>"
+    for given in (
+        "",
+        "<|endoftext|>",
+        "<s><bos>",
+        prompt.split("\n", 1)[0],
+        prompt[: prompt.index("Make it")],
+    ):
+        status, body = _get_reward(cheap_server, [query], [given], arbiter.id)
+        assert status == 400, (given[:40], body)
+    # Qwen3 with thinking off: an empty think block after the assistant's opening is part of the prompt
+    qwen3 = prompt + "<think>\n\n</think>\n\n"
+    status, body = _get_reward(cheap_server, [qwen3 + sh.reply("correct")], [qwen3], arbiter.id)
+    _, _, direct = sh.request(
+        cheap_server + "/score", {"task_id": arbiter.id, "completion": sh.reply("correct")}
+    )
+    assert status == 200 and body["rewards"] == [direct["total"]]
+
+
+def test_a_malformed_chunked_body_gets_json_and_no_traceback(cheap_server, caplog):
+    """uvicorn answered such requests in plain text, and the app's own answer then raised inside h11: a
+    traceback in the log per request, reachable without a token."""
+    for method, path in ((b"GET", b"/health"), (b"POST", b"/score"), (b"GET", b"/nowhere")):
+        head = method + b" " + path + b" HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+        answer = sh.raw_exchange(cheap_server, head + b"zz\r\nnot a chunk\r\n", wait=10)
+        status, _, body = answer.partition(b"\r\n\r\n")
+        assert sh.status_of(answer) == 400, answer[:200]
+        assert b"application/json" in status.lower() and "malformed" in json.loads(body)["error"], answer
+    time.sleep(0.5)  # the app's dropped answers are logged, if at all, just after
+    assert "Traceback" not in caplog.text and "unexpected error" not in caplog.text, caplog.text[-2000:]
+
+
+def test_a_client_over_the_connection_cap_reads_its_503(cheap_engine, arbiter):
+    """Closed with its request unread, the over-cap connection got a TCP reset instead of the answer."""
+    with sh.running(cheap_engine, [arbiter], max_connections=1) as url:
+        host, port = url.removeprefix("http://").split(":")
+        holder = socket.create_connection((host, int(port)), timeout=10, source_address=("127.0.0.3", 0))
+        try:
+            time.sleep(0.2)
+            outcomes = []
+            for _ in range(5):
+                try:
+                    status, _, body = post_from(
+                        url, "/score", {"task_id": arbiter.id, "completion": "x"}, "127.0.0.3"
+                    )
+                    outcomes.append((status, "--max-connections" in body["error"]))
+                except OSError as exc:
+                    outcomes.append(type(exc).__name__)
+            assert outcomes == [(503, True)] * 5, outcomes
+        finally:
+            holder.close()

@@ -29,6 +29,7 @@ import hmac
 import json
 import logging
 import math
+import re
 import time
 from typing import Any
 from urllib.parse import parse_qs
@@ -71,6 +72,18 @@ REPLY_MARKERS = {
     "phi3": "<|assistant|>\n",
     "gpt-oss": "<|start|>assistant",
 }
+# Tokens that open a turn in those templates: a prompt holding one is a chat, and must end with a marker above.
+TURN_OPENERS = (
+    "<|im_start|>",
+    "<|start_header_id|>",
+    "<\uff5cUser\uff5c>",
+    "<\uff5cAssistant\uff5c>",
+    "<start_of_turn>",
+    "<|user|>",
+    "<|start|>",
+)
+# An empty thinking block some templates put after the assistant's opening (Qwen3 with thinking off).
+EMPTY_THINK = re.compile(r"\s*<think>\s*</think>\s*$")
 # Special tokens a chat template leaves at the end of a decoded OpenRLHF query.
 END_TOKENS = (
     "<|im_end|>",
@@ -146,9 +159,9 @@ def reply_of(query: str, prompt: str | None, reply_after: str | None = None) -> 
     differs by one space, pays the reply for the prompt's code. Without a prompt, `reply_after` (the chat
     template's opening of the assistant's turn, `--reply-after`) marks where the reply starts: the text after its
     last occurrence, which the prompt ends with, so every character scored is the model's own."""
-    if prompt is not None:
+    head = _skip_bos(prompt) if prompt is not None else ""
+    if head:
         rest = _skip_bos(query)
-        head = _skip_bos(prompt)
         if not rest.startswith(head):
             at = next(
                 (i for i, (a, b) in enumerate(zip(rest, head, strict=False)) if a != b),
@@ -159,7 +172,19 @@ def reply_of(query: str, prompt: str | None, reply_after: str | None = None) -> 
                 f"{head[at : at + 20]!r}, the query {rest[at : at + 20]!r}); send 'prompts' exactly as the trainer "
                 "decoded them, or leave them out and start the server with --reply-after"
             )
+        if any(t in head for t in TURN_OPENERS) or (reply_after and reply_after.strip() in head):
+            # a chat prompt ends where the assistant's turn opens; one that does not was cut short, and what was
+            # cut (possibly a design the prompt shows) would be scored as the reply's
+            end = EMPTY_THINK.sub("", head.rstrip())
+            if not any(end.endswith(m.rstrip()) for m in (*REPLY_MARKERS.values(), reply_after or "\0")):
+                raise ReplyNotFound(
+                    "the prompt is a chat but does not end by opening the assistant's turn (e.g. "
+                    f"{REPLY_MARKERS['chatml']!r}): it looks cut short, and the rest of it would be scored as the "
+                    "reply; send the whole prompt, or leave prompts out and start the server with --reply-after"
+                )
         return _strip_end_tokens(rest[len(head) :])
+    # an empty prompt (or one of beginning-of-sequence tokens only) tells nothing: the whole query would be
+    # scored, prompt included
     if reply_after:
         at = query.rfind(reply_after)
         if at < 0:
@@ -168,7 +193,7 @@ def reply_of(query: str, prompt: str | None, reply_after: str | None = None) -> 
             )
         return _strip_end_tokens(query[at + len(reply_after) :])
     raise ReplyNotFound(
-        "'prompts' is missing, so the reply cannot be told from the prompt (whose own code would be scored as "
+        "'prompts' is missing or empty, so the reply cannot be told from the prompt (whose own code would be scored as "
         "the reply's): send 'prompts' (OpenRLHF does), or start the server with --reply-after naming the chat "
         f"template ({', '.join(REPLY_MARKERS)}) or the text that opens the assistant's turn"
     )

@@ -27,6 +27,7 @@ What uvicorn does not do, added here:
 from __future__ import annotations
 
 import ipaddress
+import json
 import socket
 import threading
 import time
@@ -61,19 +62,54 @@ class _GuardedH11(H11Protocol):
         peer = transport.get_extra_info("peername")
         self._peer = str(peer[0]) if isinstance(peer, tuple) and peer else "-"
         self.open_connections[self._peer] += 1
+        self._refused = False
         super().connection_made(transport)
         if self.max_connections and self.open_connections[self._peer] > self.max_connections:
-            body = (
-                b'{"error":"too many connections from your address (at most %d at once, the server\'s '
-                b'--max-connections): reuse connections or close idle ones"}' % self.max_connections
+            self._refuse(
+                503,
+                f"too many connections from your address (at most {self.max_connections} at once, the "
+                "server's --max-connections): reuse connections or close idle ones",
             )
-            transport.write(
-                b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
-                b"retry-after: 1\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
-            )
-            transport.close()
             return
         self._watch()
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer `status` with a JSON error and close without a reset: the client's request, sent or still
+        coming, is read and dropped until it half-closes or a second passes (closing with unread data in the
+        socket would make the kernel answer with a reset, and the client would never see the answer)."""
+        self._refused = True
+        body = json.dumps({"error": message}).encode("ascii")
+        reason = b"Service Unavailable" if status == 503 else b"Bad Request"
+        self.transport.write(
+            b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\nconnection: close\r\n"
+            b"retry-after: 1\r\ncontent-length: %d\r\n\r\n%s" % (status, reason, len(body), body)
+        )
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(1.0, self.transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        super().data_received(data)
+
+    def eof_received(self) -> bool | None:
+        if self._refused:
+            self.transport.close()
+            return None
+        return super().eof_received()
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request h11 cannot parse (a bad chunk, two Content-Lengths, a bad header), as
+        JSON like every other answer. A request whose head was read already has the app running: it is marked
+        gone, so the app's own answer is dropped instead of raising inside h11 (a traceback in the log per
+        malformed request, reachable without a token)."""
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True
+        if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+            self._refuse(400, f"malformed HTTP request: {msg}")
+        else:  # our answer had begun: nothing valid can follow it
+            self.transport.close()
 
     def handle_events(self) -> None:
         super().handle_events()
@@ -180,6 +216,10 @@ def make_server(
         timeout_keep_alive=5,
         timeout_graceful_shutdown=10,
         server_header=False,
+        # The client's address is the socket's peer: with proxy headers on (uvicorn's default, trusting
+        # loopback), any local client could name itself in X-Forwarded-For and so escape its address's queue
+        # limit and turns, and forge the access log.
+        proxy_headers=False,
     )
     return uvicorn.Server(config)
 

@@ -31,7 +31,7 @@ import concurrent.futures as cf
 import math
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -49,6 +49,8 @@ DEFAULT_CLIENT_QUEUE = (
     MAX_BATCH  # one client's waiting items: its largest batch fits, half the queue stays free
 )
 DEFAULT_REQUEST_TIMEOUT = 300.0
+WAITING_ROOM_GRACE = 5.0  # seconds past its Retry-After that a refused address keeps its place in line
+MAX_WAITING_ROOM = 4096  # addresses in line at once
 LOCAL_CLIENT: tuple[str, str] = ("local", "local")  # callers without a connection (embedding, tests)
 
 __all__ = [
@@ -175,7 +177,16 @@ class FairPool:
                     self._running[key] += 1
                     self._served[key] = self._turn
                 return group, conn, fut, fn, args
+            self._forget_idle(group, conn)  # a cancelled item: its client may have nothing left
         return None
+
+    def _forget_idle(self, group: str, conn: str) -> None:
+        """Drop the turn records of a client with nothing waiting or running (called with the lock held)."""
+        waiting = self._waiting.get(group, {})
+        for key, idle in ((group, not waiting), (group + "\0" + conn, conn not in waiting)):
+            if idle and self._running[key] <= 0:
+                self._running.pop(key, None)
+                self._served.pop(key, None)
 
     def _work(self) -> None:
         while True:
@@ -192,13 +203,9 @@ class FairPool:
                 fut.set_result(result)
             finally:
                 with self._cond:
-                    waiting = self._waiting.get(group, {})
-                    for key, idle in ((group, not waiting), (group + "\0" + conn, conn not in waiting)):
+                    for key in (group, group + "\0" + conn):
                         self._running[key] -= 1
-                        if self._running[key] <= 0:
-                            del self._running[key]
-                            if idle:  # nothing of it left: forget it (a client seen once costs nothing)
-                                self._served.pop(key, None)
+                    self._forget_idle(group, conn)  # nothing of it left: a client seen once costs nothing
 
     def shutdown(self) -> None:
         """Cancel every queued item; the workers end once their running items finish."""
@@ -246,6 +253,9 @@ class RewardService:
         self._lock = threading.Lock()
         self._pending = 0  # admitted items not finished: waiting + running
         self._client_pending: Counter[str] = Counter()  # the same, per client address (FairPool's group)
+        self._waiting_room: OrderedDict[str, tuple[int, float]] = (
+            OrderedDict()
+        )  # refused: address -> (n, until)
         self._running = 0
         self._mean_eval = 1.0  # seconds per evaluation, a moving average (for Retry-After)
         self._pool = FairPool(self.jobs)
@@ -328,6 +338,10 @@ class RewardService:
         return int(min(120, max(1, math.ceil((ahead + 1) * mean / self.jobs))))
 
     def _admit(self, n: int, client: tuple[str, str]) -> None:
+        """Admit `n` items of `client` or raise. When the queue is full, a refused address is put in line
+        (`_waiting_room`): room freed later goes to those ahead in line first, so addresses that keep topping the
+        queue up one item at a time cannot keep another's batch out forever. A place in line lapses when its
+        address does not come back within its Retry-After and a few seconds."""
         if n > self.client_capacity:
             raise RequestError(
                 f"{n} distinct items is more than one client may have waiting at once ({self.client_capacity}: "
@@ -335,24 +349,43 @@ class RewardService:
                 f"{self.max_queue}); split the request",
                 413,
             )
+        address = client[0]
+        now = time.monotonic()
         with self._lock:
-            mine = self._client_pending[client[0]]
-            if mine + n <= self.client_capacity and self._pending + n <= self.capacity:
+            line = self._waiting_room
+            for other in [a for a, (_, until) in line.items() if until < now]:
+                del line[other]
+            ahead = 0  # room held for the addresses in line before this one
+            for other, (wanted, _) in line.items():
+                if other == address:
+                    break
+                ahead += wanted
+            mine = self._client_pending[address]
+            if mine + n <= self.client_capacity and self._pending + n + ahead <= self.capacity:
                 self._pending += n
-                self._client_pending[client[0]] += n
+                self._client_pending[address] += n
+                line.pop(address, None)
                 return
             if mine + n > self.client_capacity:
                 why = (
                     f"your address has {mine} items waiting or running (at most {self.client_capacity}: "
                     "--client-queue)"
                 )
-                ahead = mine + n - self.client_capacity
+                wait_for = mine + n - self.client_capacity
             else:
-                why = f"server busy: {max(0, self._pending - self._running)} items queued, {self._running} running"
-                ahead = self._pending + n - self.capacity
+                queued = max(0, self._pending - self._running)
+                why = f"server busy: {queued} items queued, {self._running} running"
+                wait_for = self._pending + n + ahead - self.capacity
+        retry = self._retry_after(wait_for)
+        if not mine + n > self.client_capacity:
+            with self._lock:  # in line (keeping its place if it had one) until shortly after its Retry-After
+                place = self._waiting_room.get(address)
+                self._waiting_room[address] = (n, now + retry + WAITING_ROOM_GRACE)
+                if place is None and len(self._waiting_room) > MAX_WAITING_ROOM:
+                    self._waiting_room.popitem(last=True)  # a full line takes no newcomer
         with self.stats.lock:
             self.stats.rejected += 1
-        raise Overloaded(f"{why}; retry later", self._retry_after(ahead))
+        raise Overloaded(f"{why}; retry later", retry)
 
     def _evaluate(self, task: Task, cand: Candidate) -> Reward:
         with self._lock:
