@@ -87,7 +87,27 @@ class CompileStage(Stage):
                 msg = f"no module named {top} (the task's toplevel) in the answer"
             errors = [Diagnostic(msg, code="compile-failed")]
             diags = errors + diags
+        limit = _limit(ctx, res)
+        if limit is not None:  # the answer asked Icarus for more than the sandbox gives: say which limit
+            errors = [limit, *errors]
+            diags = [limit, *diags]
+            metrics["resource_limit"] = limit.fields["limit"]
         return self.result(Status.FAILED, 0.0, metrics=metrics, diagnostics=diags, feedback=summarise(errors))
+
+
+def _limit(ctx: StageContext, res) -> Diagnostic | None:
+    """A `resource-limit` diagnostic when Icarus died at a sandbox limit while elaborating the answer (memory:
+    `std::bad_alloc`, "memory exhausted"; stack: SIGSEGV from recursion too deep; file size; processes), None
+    otherwise. The task's reference elaborates under the same limits (rtlreward.sandbox.resource_exhaustion)."""
+    from rtlreward.sandbox import resource_exhaustion
+
+    hit = resource_exhaustion(res.output, res.returncode, limits=ctx.limits(), truncated=res.truncated)
+    if hit is None:
+        return None
+    message = hit.message.replace("the simulator", "Icarus").replace(
+        "crashed the simulator", "crashed Icarus"
+    )
+    return Diagnostic(message, code="resource-limit", fields={"limit": hit.limit})
 
 
 @hookimpl

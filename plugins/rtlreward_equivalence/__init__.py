@@ -39,8 +39,10 @@ import attrs
 
 from rtlreward import hookimpl
 from rtlreward.model import Diagnostic, StageResult, Status
+from rtlreward.sandbox import resource_exhaustion
 from rtlreward.stage import Stage, StageContext, UnsafePath, safe_relpath
 from rtlreward_hdl.simrun import compile_then_run
+from rtlreward_hdl.slang import ExpansionTooLarge
 
 from . import diffsim, formal, view
 from .design import (
@@ -281,6 +283,7 @@ class _Sim:
     error: str = ""  # compile error or why it did not run
     seconds: float = 0.0
     timed_out: bool = False
+    limit: Any = None  # rtlreward.sandbox.Exhaustion: the compile ended at a sandbox limit (memory, stack)
 
 
 class EquivalenceStage(Stage):
@@ -588,7 +591,10 @@ class EquivalenceStage(Stage):
             msg = "; ".join(lines[:4])[:400] or f"iverilog exit {res.returncode}"
             for name, orig in files.names.items():
                 msg = msg.replace(name, orig)
-            return _Sim(None, msg, run.duration)
+            hit = resource_exhaustion(
+                res.output, res.returncode, limits=ctx.limits(), truncated=res.truncated
+            )
+            return _Sim(None, msg, run.duration, limit=hit)
         if _missing_tool(run, "vvp"):
             return _Sim(None, "missing")
         trace = diffsim.parse_trace(run.stdout, nonce, plan, len(stim))
@@ -624,7 +630,14 @@ class EquivalenceStage(Stage):
             return self._fail(
                 Status.ERROR, f"the reference does not declare a module {top} with ports", "no-top"
             )
-        cand_ports = module_ports(gate_files, top)
+        try:
+            cand_ports = module_ports(gate_files, top)
+        except (
+            ExpansionTooLarge
+        ) as e:  # pyslang reads the answer in this process: its macros are refused first
+            d = Diagnostic(e.message, code="resource-limit", fields={"limit": e.limit})
+            metrics_ = {"equivalence": "unknown", "resource_limit": e.limit}
+            return self.result(Status.FAILED, 0.0, metrics=metrics_, diagnostics=[d], feedback=e.message)
         if cand_ports is None:
             return self._fail(Status.FAILED, f"no module named {top} in the answer", "missing-module")
         by_name = {p.name: p for p in cand_ports}
@@ -883,6 +896,15 @@ class EquivalenceStage(Stage):
         metrics["sim_seconds"] = round(metrics.get("sim_seconds", 0.0) + g.seconds + a.seconds, 4)
         if a.trace is None:
             gate_error = a.error
+            if a.limit is not None:  # the answer asked Icarus for more than the sandbox gives: named
+                notes.append(
+                    Diagnostic(
+                        a.limit.message.replace("the simulator", "Icarus"),
+                        code="resource-limit",
+                        fields={"limit": a.limit.limit},
+                    )
+                )
+                metrics["resource_limit"] = a.limit.limit
             notes.append(
                 Diagnostic(f"Icarus could not compile the answer: {gate_error}", code="compile-failed")
             )

@@ -16,7 +16,7 @@ import attrs
 
 from rtlreward.model import Port, Task
 from rtlreward_hdl.files import HDL_EXTS, HEADER_EXTS, strip_comments
-from rtlreward_hdl.slang import bounded_compilation
+from rtlreward_hdl.slang import bounded_compilation, check_expansion
 
 IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -114,12 +114,16 @@ class PortInfo:
 
 def module_ports(files: Mapping[str, str], top: str) -> list[PortInfo] | None:
     """The ports of module `top` elaborated with default parameters (pyslang, from memory only); None when the
-    files do not declare it or it cannot be elaborated."""
+    files do not declare it or it cannot be elaborated. Raises rtlreward_hdl.slang.ExpansionTooLarge when their
+    macros expand past what may be read in this process."""
     import pyslang
 
     units = {p: t for p, t in files.items() if not is_header(p)}
     if not units:
         return None
+    check_expansion(
+        files.values()
+    )  # raises ExpansionTooLarge before pyslang expands anything in this process
     comp = bounded_compilation([top])
     sm = pyslang.SourceManager()
     sm.setDisableLocalIncludes(True)

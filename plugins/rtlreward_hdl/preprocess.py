@@ -803,13 +803,18 @@ def slang_view(
     """slang's preprocessed token stream, for callers with no executor and in place of a tool not installed
     where the design runs. Its names are placed where the macro was used. Never a substitute for the tools' own
     views where they can run: slang is not a simulator (it glues no `$` to a macro, for one)."""
-    from rtlreward_hdl.slang import parse, system_names
+    from rtlreward_hdl.slang import ExpansionTooLarge, parse, system_names
 
     hdl = hdl_files(files)
     if not hdl:
         return View(SLANG, True)
     hdrs = {k: v for k, v in (headers or {}).items() if k.lower().endswith(HDL_EXTS)}
-    parsed = parse(hdl, hdrs, defines=defines)
+    try:
+        parsed = parse(hdl, hdrs, defines=defines)
+    except (
+        ExpansionTooLarge
+    ) as e:  # not expanded in this process: the source text is checked strictly instead
+        return View(SLANG, False, (), e.message)
     answer_set = {_norm(p): p for p in hdl}
     uses = []
     for name, file, line, _macro in system_names(parsed):

@@ -42,6 +42,126 @@ def declared_modules(text: str) -> list[str]:
     return MODULE_DECL_RE.findall(strip_comments(text))
 
 
+# -- macro expansion, bounded before slang reads a text in this process ------------------------------------------
+# slang runs in the trainer's process, with no sandbox limit: a `define that doubles 40 times expands to 2^40 tokens
+# (every byte of memory), a chain of 20,000 macros each naming the next overflows the C stack (SIGSEGV: the whole
+# process dies). `macro_expansion` bounds what a text would expand to from its own text, and `parse` (and every
+# other in-process read of an answer) refuses a text past either limit with ExpansionTooLarge: the answer's own
+# failure, which its stage reports as `resource-limit` (see docs/security.md). Legitimate designs are far inside:
+# a reply is at most 1,000,000 characters, and real macro nesting is a handful of levels deep.
+MAX_MACRO_TOKENS = 1_000_000  # tokens a text may expand to (slang holds ~1 KiB per expanded token)
+MAX_MACRO_DEPTH = 200  # macros expanding inside macros
+_DEFINE_RE = re.compile(r"^[ \t]*`define[ \t]+([A-Za-z_]\w*)(\([^)\n]*\))?((?:[^\n]*\\\n)*[^\n]*)", re.M)
+_TOKEN_RE = re.compile(r"`?[A-Za-z_$][\w$]*|\S")
+
+
+class ExpansionTooLarge(RuntimeError):
+    """An answer's macros expand past MAX_MACRO_TOKENS tokens or MAX_MACRO_DEPTH levels. `limit`: which."""
+
+    def __init__(self, limit: str, message: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.message = message
+
+
+def macro_expansion(texts: Iterable[str], *, cap: int = MAX_MACRO_TOKENS) -> tuple[int, int]:
+    """(tokens, depth): an upper bound of the tokens the largest of `texts` expands to through the `define macros
+    they declare (all of them, each name at its largest definition), saturating just past `cap`, and how deeply
+    macros nest in that expansion (saturating past MAX_MACRO_DEPTH). Cheap where no text defines a macro."""
+    texts = list(texts)
+    if not any("`define" in t for t in texts):
+        return max((len(t) for t in texts), default=0), 0
+    macros: dict[str, list[tuple[tuple[str, ...] | None, list[str]]]] = {}
+    bodies: list[str] = []
+    for t in texts:
+        t = strip_comments(t)
+        for m in _DEFINE_RE.finditer(t):
+            params = None
+            if m.group(2) is not None:
+                params = tuple(q.split("=", 1)[0].strip() for q in m.group(2)[1:-1].split(",") if q.strip())
+            macros.setdefault(m.group(1), []).append((params, _TOKEN_RE.findall(m.group(3))))
+        bodies.append(_DEFINE_RE.sub("", t))
+    memo: dict[tuple, tuple[int, int]] = {}
+    over = cap + 1
+
+    def args_of(toks: list[str], i: int) -> tuple[list[list[str]], int]:
+        """The arguments of a call whose "(" is at toks[i-1]; and the index after its ")"."""
+        out: list[list[str]] = [[]]
+        level = 0
+        while i < len(toks):
+            t = toks[i]
+            if t in "([{":
+                level += 1
+            elif t in ")]}":
+                if level == 0 and t == ")":
+                    return out, i + 1
+                level -= 1
+            elif t == "," and level == 0:
+                out.append([])
+                i += 1
+                continue
+            out[-1].append(t)
+            i += 1
+        return out, i
+
+    def cost(toks: list[str], env: dict[str, int], depth: int, active: frozenset[str]) -> tuple[int, int]:
+        if depth > MAX_MACRO_DEPTH:
+            return over, depth
+        total, deepest, i = 0, depth, 0
+        while i < len(toks) and total <= cap:
+            t = toks[i]
+            i += 1
+            if t in env:
+                total += env[t]
+                continue
+            name = t[1:] if t.startswith("`") else ""
+            if name not in macros or name in active:
+                total += 1
+                continue
+            best = (0, depth)
+            call: list[list[str]] | None = None
+            if i < len(toks) and toks[i] == "(" and any(p is not None for p, _ in macros[name]):
+                call, i = args_of(toks, i + 1)
+            arg_costs = tuple(cost(a, env, depth + 1, active)[0] for a in call) if call is not None else ()
+            key = (name, arg_costs, depth if depth > MAX_MACRO_DEPTH // 2 else 0)
+            if key in memo:
+                best = memo[key]
+            else:
+                for params, body in macros[name]:
+                    sub = dict(zip(params or (), arg_costs, strict=False))
+                    got = cost(body, sub, depth + 1, active | {name})
+                    best = (max(best[0], got[0]), max(best[1], got[1]))
+                memo[key] = best
+            total += best[0]
+            deepest = max(deepest, best[1])
+        return min(total, over), deepest
+
+    worst = (0, 0)
+    for b in bodies:
+        got = cost(_TOKEN_RE.findall(b), {}, 0, frozenset())
+        worst = (max(worst[0], got[0]), max(worst[1], got[1]))
+        if worst[0] > cap or worst[1] > MAX_MACRO_DEPTH:
+            break
+    return worst
+
+
+def check_expansion(texts: Iterable[str]) -> None:
+    """Raise ExpansionTooLarge when `texts` expand past what slang may read in this process (macro_expansion)."""
+    tokens, depth = macro_expansion(texts)
+    if depth > MAX_MACRO_DEPTH:
+        raise ExpansionTooLarge(
+            "macro_depth",
+            f"the design exceeded the macro nesting limit ({MAX_MACRO_DEPTH} levels): its `define macros expand "
+            "inside one another too deeply to be read",
+        )
+    if tokens > MAX_MACRO_TOKENS:
+        raise ExpansionTooLarge(
+            "macro_expansion",
+            f"the design exceeded the macro expansion limit ({MAX_MACRO_TOKENS:,} tokens): its `define macros "
+            "expand to more text than can be read (a macro that doubles another)",
+        )
+
+
 def resolve_include(target: str, including_file: str, available: Iterable[str]) -> str | None:
     """The workspace path an include names, if it is one of `available`; None for anything else (absolute
     paths, `..`, files we were not given). Tools search the including file's folder and then -I folders,
@@ -126,9 +246,10 @@ def parse(
     `defines` are predefined macros (a simulator's own, e.g. `__ICARUS__`)."""
     import pyslang
 
+    available = {**(headers or {}), **files}
+    check_expansion(available.values())  # before slang expands anything in this process
     sm = pyslang.SourceManager()
     sm.setDisableLocalIncludes(True)
-    available = {**(headers or {}), **files}
     buffers = {
         rel: sm.assignText(f"{VIRTUAL_ROOT}/{rel}", rewrite_includes(text, rel, available))
         for rel, text in available.items()

@@ -30,7 +30,13 @@ from rtlreward_hdl.interface import (
     hdl_files,
     task_headers,
 )
-from rtlreward_hdl.slang import ModuleInfo, module_infos, parse_modules, slang_version
+from rtlreward_hdl.slang import (
+    ExpansionTooLarge,
+    ModuleInfo,
+    module_infos,
+    parse_modules,
+    slang_version,
+)
 
 __all__ = ["InterfaceStage", "compare_interface", "expected_interface", "harness_signals", "parse_modules"]
 
@@ -182,13 +188,19 @@ class InterfaceStage(Stage):
             )
         files = hdl_files(ctx.files)
         headers = {**task_headers(task), **hdl_files(ctx.files)}
-        infos, parsed = module_infos(files, headers) if files else ({}, None)
+        try:
+            infos, parsed = module_infos(files, headers) if files else ({}, None)
+        except ExpansionTooLarge as e:  # pyslang runs in this process: the answer's macros are refused first
+            return self._too_large(e)
         context_note = None
         if expected.module not in infos and expected.module in context_modules(task):
             # The top module is one of the task's files (the answer fills in a part of it): check it as the
             # simulator will see it, with the answer's files in place.
             both = {**{p: t for p, t in hdl_files(task.context).items() if p not in files}, **files}
-            infos, _ = module_infos(both, headers)
+            try:
+                infos, _ = module_infos(both, headers)
+            except ExpansionTooLarge as e:
+                return self._too_large(e)
             context_note = Diagnostic(
                 f"{expected.module} is declared in the task's files, not in the answer; checked with the answer's "
                 "files in place",
@@ -241,6 +253,12 @@ class InterfaceStage(Stage):
                 d.message for d in problems
             )
         return self.result(status, score, metrics=metrics, diagnostics=diags, feedback=feedback)
+
+    def _too_large(self, e: ExpansionTooLarge) -> StageResult:
+        """The answer's macros expand past what pyslang may read in this process: the answer's `failed`."""
+        d = Diagnostic(e.message, code="resource-limit", fields={"limit": e.limit})
+        metrics = {"interface_known": 1, "resource_limit": e.limit}
+        return self.result(Status.FAILED, 0.0, metrics=metrics, diagnostics=[d], feedback=d.message)
 
 
 @hookimpl

@@ -88,7 +88,19 @@ class LintStage(Stage):
         warnings = [d for d in diags if d.severity == "warning" and d.file in answer]
         metrics = {"errors": len(errors), "warnings": len(warnings)}
         if res.returncode != 0 and not errors:
-            # The tool failed without a parsable error (crash, memory limit): never a pass.
+            # The tool failed without a parsable error: never a pass. At a sandbox limit (the answer asked for more
+            # memory or stack than the sandbox gives, and the task's reference lints under the same limits) it is
+            # the answer's failure, naming the limit; any other crash stays an error.
+            from rtlreward.sandbox import resource_exhaustion
+
+            hit = resource_exhaustion(
+                res.output, res.returncode, limits=ctx.limits(), truncated=res.truncated
+            )
+            if hit is not None:
+                message = hit.message.replace("the simulator", "Verilator")
+                d = Diagnostic(message, code="resource-limit", fields={"limit": hit.limit})
+                metrics["resource_limit"] = hit.limit
+                return self.result(Status.FAILED, 0.0, metrics=metrics, diagnostics=[d], feedback=d.message)
             d = Diagnostic(
                 f"Verilator exited with code {res.returncode} without a diagnostic", code="tool-failed"
             )
