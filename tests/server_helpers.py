@@ -157,6 +157,15 @@ class ProbePlugin:
         register(Probe())
 
 
+# Real stages that cost milliseconds: format, safety, interface (pyslang).
+CHEAP_PROFILE = {
+    "name": "cheap",
+    "stages": ["format", "safety", "interface"],
+    "weights": {"format": 0.1, "interface": 0.2},
+    "gates": ["safety"],
+    "verdict": "interface",
+}
+
 PROBE_PROFILE = {"name": "probe", "stages": ["format", "probe"], "weights": {"probe": 1}, "verdict": "probe"}
 
 

@@ -31,16 +31,7 @@ def arbiter():
 @pytest.fixture(scope="module")
 def cheap_engine():
     """Real stages that cost milliseconds: format, safety, interface (pyslang)."""
-    engine = Engine(
-        {
-            "name": "cheap",
-            "stages": ["format", "safety", "interface"],
-            "weights": {"format": 0.1, "interface": 0.2},
-            "gates": ["safety"],
-            "verdict": "interface",
-        },
-        cache=False,
-    )
+    engine = Engine(sh.CHEAP_PROFILE, cache=False)
     yield engine
     engine.close()
 
