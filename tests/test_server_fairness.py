@@ -444,3 +444,32 @@ def test_a_client_over_the_connection_cap_reads_its_503(cheap_engine, arbiter):
             assert outcomes == [(503, True)] * 5, outcomes
         finally:
             holder.close()
+
+
+def test_a_client_that_hangs_up_leaves_no_work_behind():
+    """A client that sent a batch of slow items and hung up kept the workers busy for nobody until its request's
+    time limit: its queued items are now cancelled when it leaves."""
+    sh.Probe.reset(seconds=0.5)
+    engine = sh.probe_engine()
+    with sh.running(engine, [sh.PROBE_TASK], jobs=1) as url:
+        items = [{"task_id": "t1", "completion": f"module top; endmodule // gone {i}"} for i in range(8)]
+        body = json.dumps({"items": items}).encode()
+        host, port = url.removeprefix("http://").split(":")
+        s = socket.create_connection((host, int(port)), timeout=10)
+        s.sendall(
+            b"POST /score_batch HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        wait_for(lambda: sh.Probe.runs >= 1, "the batch to start")
+        s.close()
+
+        def idle() -> bool:
+            _, _, health = sh.request(url + "/health")
+            return health["in_flight"] == 0 and health["queue_depth"] == 0
+
+        wait_for(idle, "the server to be idle", timeout=30)
+        _, _, text = sh.request(url + "/metrics")
+    engine.close()
+    assert sh.Probe.runs <= 3, (
+        sh.Probe.runs
+    )  # the one running at the hang-up, and at most a poll's worth more
+    assert sh.metric(text, "rtlreward_server_item_errors_total", status="499") == 8

@@ -436,7 +436,7 @@ class RewardApp:
         async def one(request: Request, body: Any) -> Response:
             pair = self.service.parse_item(body)
             request.scope["rtlreward"]["items"] = 1
-            (outcome,) = await self.service.arun([pair], client_of(request.scope))
+            (outcome,) = await self.service.arun([pair], client_of(request.scope), request.is_disconnected)
             if isinstance(outcome, ItemError):
                 return _error(outcome.message, outcome.status)
             return JSONAnswer(outcome.to_dict())
@@ -447,7 +447,11 @@ class RewardApp:
         async def batch(request: Request, body: Any) -> Response:
             pairs, where = self.service.split_batch(body)
             request.scope["rtlreward"]["items"] = len(where)
-            outcomes = await self.service.arun(pairs, client_of(request.scope)) if pairs else []
+            outcomes = (
+                await self.service.arun(pairs, client_of(request.scope), request.is_disconnected)
+                if pairs
+                else []
+            )
             return JSONAnswer(self.service.merge_batch(where, outcomes))
 
         return await self._handle(request, batch)
@@ -491,7 +495,7 @@ class RewardApp:
                 )
             except RequestError as exc:
                 raise RequestError(f"query {i}: {exc}", exc.status) from None
-        outcomes = await self.service.arun(pairs, client_of(request.scope))
+        outcomes = await self.service.arun(pairs, client_of(request.scope), request.is_disconnected)
         failed = [(i, o) for i, o in enumerate(outcomes) if isinstance(o, ItemError)]
         if failed:
             i, err = failed[0]

@@ -32,7 +32,7 @@ import math
 import threading
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -49,6 +49,7 @@ DEFAULT_CLIENT_QUEUE = (
     MAX_BATCH  # one client's waiting items: its largest batch fits, half the queue stays free
 )
 DEFAULT_REQUEST_TIMEOUT = 300.0
+DISCONNECT_POLL = 0.5  # seconds between checks that a waiting request's client is still there
 WAITING_ROOM_GRACE = 5.0  # seconds past its Retry-After that a refused address keeps its place in line
 MAX_WAITING_ROOM = 4096  # addresses in line at once
 LOCAL_CLIENT: tuple[str, str] = ("local", "local")  # callers without a connection (embedding, tests)
@@ -494,13 +495,35 @@ class RewardService:
         return self._outcomes(pairs, futures, slots)
 
     async def arun(
-        self, pairs: Sequence[tuple[Task, Candidate]], client: tuple[str, str] = LOCAL_CLIENT
+        self,
+        pairs: Sequence[tuple[Task, Candidate]],
+        client: tuple[str, str] = LOCAL_CLIENT,
+        gone: Callable[[], Awaitable[bool]] | None = None,
     ) -> list[Reward | ItemError]:
-        """Score `pairs` through the pool without blocking the event loop."""
+        """Score `pairs` through the pool without blocking the event loop. `gone` (the HTTP request's
+        `is_disconnected`) is asked every `DISCONNECT_POLL` seconds while items wait: once the client has left,
+        its queued items are cancelled (a client that sends 80 slow replies and hangs up no longer holds the
+        workers for nobody) and running ones finish into the cache."""
         futures, slots = self.submit(pairs, client)
-        if futures:
-            waiting = [asyncio.wrap_future(f) for f in futures]
-            await asyncio.wait(waiting, timeout=self.request_timeout)
+        if not futures:
+            return self._outcomes(pairs, futures, slots)
+        pending = {asyncio.wrap_future(f) for f in futures}
+        deadline = None if self.request_timeout is None else time.monotonic() + self.request_timeout
+        while pending:
+            waits = [
+                w
+                for w in (DISCONNECT_POLL if gone else None, deadline and deadline - time.monotonic())
+                if w is not None
+            ]
+            if waits and min(waits) <= 0:
+                break  # the request's time limit
+            _, pending = await asyncio.wait(pending, timeout=min(waits) if waits else None)
+            if pending and gone is not None and await gone():
+                for fut in futures:
+                    fut.cancel()
+                with self.stats.lock:
+                    self.stats.item_errors["499"] += len(pairs)
+                return [ItemError("the client went away before its answer", 499)] * len(pairs)
         return self._outcomes(pairs, futures, slots)
 
     # -- request bodies ---------------------------------------------------------------------------------------
