@@ -1,4 +1,5 @@
-"""Shared helpers for the sandbox tests: finding processes a hostile command tried to leave behind."""
+"""Shared helpers for the sandbox tests: finding processes a hostile command tried to leave behind, and the
+docker executor on the sim image (or a clean skip)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,26 @@ def wait_gone(arg: str, within: float = 3.0) -> list[int]:
         if not left or time.monotonic() > end:
             return left
         time.sleep(0.05)
+
+
+def sim_docker_executor():
+    """A DockerExecutor on the rtlreward sim image; the test is skipped without a Docker engine, the image or the
+    docker extra. The caller closes it."""
+    import pytest
+
+    try:
+        import docker
+
+        docker.from_env().ping()
+    except Exception as exc:
+        pytest.skip(f"no Docker engine: {exc}")
+    from cvdp_adapter.runner_docker import image_available
+
+    image = image_available()
+    if image is None:
+        pytest.skip("no rtlreward sim image: run `rtlreward sandbox build-image`")
+    try:
+        from rtlreward.sandbox.docker import DockerExecutor
+    except ImportError:
+        pytest.skip("the docker executor is not installed")
+    return DockerExecutor(image=image)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from hdl_stage_helpers import EXAMPLES, example_task, make_ctx
+from sandbox_helpers import sim_docker_executor
 
 from rtlreward.model import Candidate, Status
 from rtlreward.sandbox import Limits, resource_exhaustion
@@ -139,18 +140,11 @@ def test_cvdp_harness_design_at_a_limit_fails(case, tmp_path: Path):
 
 @pytest.mark.docker
 def test_cvdp_harness_in_docker_design_at_the_memory_limit_fails(tmp_path: Path):
+    ex = sim_docker_executor()
     try:
-        import docker
-
-        docker.from_env().ping()
-        from cvdp_adapter.runner_docker import image_available
-        from rtlreward.sandbox.docker import DockerExecutor
-    except Exception as exc:
-        pytest.skip(f"no Docker engine or executor: {exc}")
-    image = image_available()
-    if image is None:
-        pytest.skip("no rtlreward sim image: run `rtlreward sandbox build-image`")
-    res = _cvdp_run("memory", tmp_path, DockerExecutor(image=image))
+        res = _cvdp_run("memory", tmp_path, ex)
+    finally:
+        ex.close()
     assert res.metrics["cvdp_runner"] == "docker"
     assert_limit(res, "memory")
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from cvdp_harness_helpers import run_harness
+from sandbox_helpers import sim_docker_executor
 from test_cvdp_harness_local import ADDER, COMPOSE, WRONG, adder_task
 
 from rtlreward.model import Status
@@ -17,22 +18,7 @@ pytestmark = pytest.mark.docker
 
 @pytest.fixture(scope="module")
 def docker_ex():
-    try:
-        import docker
-
-        docker.from_env().ping()
-    except Exception as exc:
-        pytest.skip(f"no Docker engine: {exc}")
-    from cvdp_adapter.runner_docker import image_available
-
-    image = image_available()
-    if image is None:
-        pytest.skip("no rtlreward sim image: run `rtlreward sandbox build-image`")
-    try:
-        from rtlreward.sandbox.docker import DockerExecutor
-    except ImportError:
-        pytest.skip("the docker executor is not installed")
-    return DockerExecutor(image=image)
+    return sim_docker_executor()
 
 
 def test_pass_fail_in_container(tmp_path: Path, docker_ex):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from hdl_stage_helpers import example_task, make_ctx
+from sandbox_helpers import sim_docker_executor
 
 from rtlreward.model import Status
 from rtlreward.sandbox.local import LocalExecutor
@@ -118,20 +119,9 @@ def test_compile_reference_still_passes_under_the_small_limit(tmp_path: Path):
 
 @pytest.mark.docker
 def test_compile_in_docker_design_whose_recursion_crashes_icarus_fails(tmp_path: Path):
-    try:
-        import docker
-
-        docker.from_env().ping()
-        from cvdp_adapter.runner_docker import image_available
-        from rtlreward.sandbox.docker import DockerExecutor
-    except Exception as exc:
-        pytest.skip(f"no Docker engine or executor: {exc}")
-    image = image_available()
-    if image is None:
-        pytest.skip("no rtlreward sim image: run `rtlreward sandbox build-image`")
+    ex = sim_docker_executor()
     from rtlreward_compile import CompileStage
 
-    ex = DockerExecutor(image=image)
     try:
         res = _run(CompileStage(), RECURSION, tmp_path, executor=ex)
     finally:
