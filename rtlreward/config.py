@@ -6,6 +6,7 @@ working folder or the nearest parent that has one (as ruff and pytest look for t
     executor = "docker"                  # profile = "strict"
     jobs = 8
     output_dir = "results"               # relative to the file's folder
+    [corpus]                             # a table is a plugin's own section (here rtlreward_corpus's)
 
 Every key is optional; a command-line flag always wins over the file, and the file over the built-in default
 (profile `shaped`, executor `local`, jobs = CPU cores, output folder `results`). `RTLREWARD_CONFIG=PATH` names
@@ -97,7 +98,8 @@ def load_config(start: Path | None = None) -> ProjectConfig:
         return ProjectConfig()
     path, table = found
     where = f"{path} [tool.rtlreward]" if path.name == "pyproject.toml" else str(path)
-    unknown = sorted(set(table) - set(KEYS))
+    # A table (`[corpus]`, ...) is a plugin's own section, read by that plugin through find_config.
+    unknown = sorted(k for k in set(table) - set(KEYS) if not isinstance(table[k], dict))
     if unknown:
         raise ConfigError(
             f"{where}: unknown key(s) {', '.join(unknown)}; the keys are {', '.join(KEYS)} (docs/evaluate.md)"
