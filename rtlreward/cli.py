@@ -241,7 +241,9 @@ def score(
             "--profile", "-p", help="Preset name or profile TOML file (default: shaped, or the config's)."
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print Reward.to_dict() as JSON.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the reward as JSON (the reward schema, docs/schema.md).")
+    ] = False,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Recompute every stage.")] = False,
     executor: Annotated[
         str | None,
@@ -259,7 +261,10 @@ def score(
         ),
     ] = False,
 ) -> None:
-    """Score one model reply against one task and show every stage."""
+    """Score one model reply against one task and show every stage.
+
+    Exit code 0 on a PASS verdict, 1 on FAIL, 2 for a usage or input error; with -q (before the command) only
+    the exit code and errors."""
     cfg = project_config()
     profile = cfg.pick_profile(profile)
     executor = cfg.pick_executor(executor)
@@ -299,21 +304,58 @@ def score(
         else:  # a harness can take a minute: say what is running rather than sit silent
             with err.status(f"scoring {tasks[0].id} ({', '.join(engine.stages)})"):
                 reward = engine.score(tasks[0], candidate)
-    if as_json:
-        print(json.dumps(reward.to_dict(), indent=2, default=str))
-        return
+    # exit 1 on a FAIL verdict, as a failed check (a profile without a verdict stage has none to fail)
+    verdict_code = 1 if engine.profile.verdict and not reward.passed else 0
+    if as_json:  # the reward schema, feedback included (rtlreward.schema; --feedback adds nothing to it)
+        from rtlreward.schema import reward_record
+
+        print(json.dumps(reward_record(reward, legacy=True), indent=2, default=str))
+        raise typer.Exit(verdict_code)
+    if quiet():  # errors only: the verdict is the exit code
+        raise typer.Exit(verdict_code)
     out = console()
     out.print(reward_table(reward, title=f"{reward.task_id} — profile {reward.profile}"))
     prof = engine.profile
     if prof.terms:
         values = prof.term_values(reward.stages)
         parts = [f"{t.name} {t.weight:g}*{values[t.name]:.2f}" for t in prof.terms]
-        gate = "" if prof.gates_passed(reward.stages) else "  [red](a gate failed: total 0)[/]"
+        gate = _gate_note(prof, reward)
         out.print(f"[dim]terms ({prof.combiner}): {' + '.join(parts)}[/]{gate}")
     verdict = "[green]PASS[/]" if reward.passed else "[red]FAIL[/]"
     out.print(f"reward [bold]{reward.total:.3f}[/] / {reward.max_total:.3f}   verdict {verdict}")
     if feedback:
         print_feedback(reward, out)
+    raise typer.Exit(verdict_code)
+
+
+def _gate_note(prof: Any, reward: Any) -> str:
+    """Why the total is 0 when a gate did not pass, naming the gate and, when it did not run, the stage that
+    stopped it (a failed format skips the safety gate: that is format's failure, not the gate's)."""
+    if prof.gates_passed(reward.stages):
+        return ""
+    notes = []
+    for g in prof.gates:
+        r = reward.stages.get(g)
+        status = str(getattr(getattr(r, "status", None), "value", "not run")) if r is not None else "not run"
+        if status == "passed":
+            continue
+        if status in ("skipped", "not run"):
+            cause = next(
+                (
+                    n
+                    for n, x in reward.stages.items()
+                    if n != g and x.status.value in ("failed", "error", "timeout")
+                ),
+                None,
+            )
+            notes.append(
+                f"gate {g} {status}: {cause} {reward.stages[cause].status.value}"
+                if cause
+                else f"gate {g} {status}"
+            )
+        else:
+            notes.append(f"gate {g} {status}")
+    return f"  [red]({'; '.join(notes)}: total 0)[/]"
 
 
 @app.command()

@@ -261,15 +261,19 @@ class StageResult:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], artifacts: Mapping[str, Any] | None = None) -> StageResult:
+    def from_dict(
+        cls, d: Mapping[str, Any], artifacts: Mapping[str, Any] | None = None, name: str | None = None
+    ) -> StageResult:
+        """From `to_dict()` or from a stage entry of the reward schema (`rtlreward.schema`: `seconds`, and the
+        name is its key, given as `name`)."""
         return cls(
-            name=d["name"],
+            name=d.get("name") or name or "",
             status=Status(d["status"]),
             score=float(d.get("score", 0.0)),
             metrics=d.get("metrics") or {},
             diagnostics=tuple(Diagnostic.from_dict(x) for x in d.get("diagnostics", ())),
             feedback=d.get("feedback", ""),
-            duration=float(d.get("duration", 0.0)),
+            duration=float(d.get("duration", d.get("seconds", 0.0)) or 0.0),
             version=d.get("version", ""),
             cached=bool(d.get("cached", False)),
             artifacts=artifacts or {},
@@ -319,14 +323,16 @@ class Reward:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Reward:
+        """From `to_dict()` or from the reward schema (`rtlreward.schema.reward_record`: `score --json`, the
+        server's answers, a results row), whose `reward` and `id` are `total` and `task_id` here."""
         return cls(
-            total=float(d["total"]),
+            total=float(d["total"] if "total" in d else d["reward"]),
             profile=d["profile"],
             passed=bool(d["passed"]),
             max_total=float(d.get("max_total", 0.0)),
-            stages={k: StageResult.from_dict(v) for k, v in d.get("stages", {}).items()},
+            stages={k: StageResult.from_dict(v, name=k) for k, v in d.get("stages", {}).items()},
             metrics=d.get("metrics") or {},
-            task_id=d.get("task_id", ""),
+            task_id=d.get("task_id") or d.get("id") or "",
             sample=int(d.get("sample", 0)),
             diagnostics=tuple(Diagnostic.from_dict(x) for x in d.get("diagnostics", ())),
         )

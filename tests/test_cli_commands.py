@@ -47,7 +47,7 @@ def test_score_json_is_a_reward(run):
 def test_score_table_with_a_failing_reply_and_profile(run):
     bad = COUNTER / "completions" / "en_ignores_load.txt"
     res = run("score", str(COUNTER), "-c", str(bad), "--profile", "seed", "--no-cache")
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output  # a FAIL verdict exits 1
     assert "tests" in res.stdout and "failed" in res.stdout
     assert "reward 0.400 / 1.400" in res.stdout and "FAIL" in res.stdout
 

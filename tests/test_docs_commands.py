@@ -1,5 +1,6 @@
 """Every command a page shows is run: each `rtlreward ...` line of the ```bash (and untagged) code blocks of
-docs/**/*.md and README.md runs as a real subprocess and must exit 0 without a traceback.
+docs/**/*.md and README.md runs as a real subprocess and must exit 0 without a traceback (`score` of a reply
+shown failing: 1, with its FAIL verdict printed).
 
 How, so that it is faithful, bounded in time and leaves the checkout alone:
 
@@ -415,6 +416,20 @@ def _writes(argv: list[str]) -> bool:
     )
 
 
+def _expected_exit(argv: list[str], res: subprocess.CompletedProcess) -> int:
+    """0, except `rtlreward score` of a reply a page shows failing on purpose: a FAIL verdict exits 1
+    (docs/schema.md), and the output must say FAIL (the table's verdict, or `"passed": false` in the JSON)."""
+    sub = [w for w in argv[1:] if w not in ROOT_OPTIONS][:1]
+    if sub == ["score"] and res.returncode == 1:
+        if "--json" in argv:
+            try:
+                return 1 if json.loads(res.stdout).get("passed") is False else 0
+            except ValueError:
+                return 0
+        return 1 if "verdict FAIL" in res.stdout else 0
+    return 0
+
+
 @pytest.mark.parametrize("cmd", COMMANDS, ids=[c.id for c in COMMANDS])
 def test_doc_command_runs(cmd, sandboxes, stub, fixture_texts):
     if ("../shared" in " ".join(cmd.argv)) and not SHARED.exists():
@@ -435,7 +450,7 @@ def test_doc_command_runs(cmd, sandboxes, stub, fixture_texts):
         _ran[key] = res
     shown = " ".join(cmd.argv)
     ran = " ".join(p.argv)
-    assert res.returncode == 0, (
+    assert res.returncode == _expected_exit(p.argv, res), (
         f"{shown}\n(ran: {ran})\nstdout:\n{res.stdout[-3000:]}\nstderr:\n{res.stderr[-3000:]}"
     )
     assert "Traceback" not in res.stderr, res.stderr[-3000:]

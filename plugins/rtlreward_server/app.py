@@ -4,7 +4,7 @@ Endpoints (JSON in, JSON out; docs/trainers/http-server.md):
 - `GET  /health`        liveness and load, no token needed (probes)
 - `GET  /tasks`         the loaded task ids
 - `GET  /metrics`       Prometheus text exposition
-- `POST /score`         one item -> the reward (`Reward.to_dict()`)
+- `POST /score`         one item -> the reward (the reward schema, `rtlreward.schema`, docs/schema.md)
 - `POST /score_batch`   `{"items": [...]}` -> `{"rewards": [...]}`, a bad item's slot `{"error", "status"}`
 - `POST /get_reward`    the OpenRLHF remote reward model contract (also at `/reward`):
                         `{"query", "prompts", "labels"}` -> `{"rewards", "scores", "extra_logs"}`
@@ -45,7 +45,7 @@ from starlette.routing import Route
 from rtlreward.model import Reward
 
 from .jsonlimits import MAX_BODY, BodyError, parse_body
-from .server import MAX_BATCH, ItemError, RequestError, RewardService
+from .server import MAX_BATCH, ItemError, RequestError, RewardService, answer
 
 log = logging.getLogger("rtlreward.server.access")
 
@@ -439,7 +439,7 @@ class RewardApp:
             (outcome,) = await self.service.arun([pair], client_of(request.scope), request.is_disconnected)
             if isinstance(outcome, ItemError):
                 return _error(outcome.message, outcome.status)
-            return JSONAnswer(outcome.to_dict())
+            return JSONAnswer(answer(outcome))
 
         return await self._handle(request, one)
 

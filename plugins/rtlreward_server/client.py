@@ -137,8 +137,8 @@ class AsyncRewardClient:
         task: dict[str, Any] | None = None,
         sample: int = 0,
     ) -> dict[str, Any]:
-        """One reply's reward (`Reward.to_dict()`): the task by id (or `task`, a task object, when the server
-        allows inline tasks), the reply as text (`completion`) or as files."""
+        """One reply's reward (the reward schema, docs/schema.md): the task by id (or `task`, a task object, when
+        the server allows inline tasks), the reply as text (`completion`) or as files."""
         item: dict[str, Any] = {"sample": sample}
         if task is not None:
             item["task"] = task

@@ -40,6 +40,7 @@ import attrs
 from rtlreward.engine import EngineError
 from rtlreward.integration import TaskIndex
 from rtlreward.model import ORIGIN_INLINE, Candidate, Reward, Task
+from rtlreward.schema import reward_record
 
 from .jsonlimits import MAX_BODY, BodyError
 
@@ -84,6 +85,12 @@ class Overloaded(RequestError):
     def __init__(self, message: str, retry_after: int) -> None:
         super().__init__(message, 429, {"Retry-After": str(retry_after)})
         self.retry_after = retry_after
+
+
+def answer(reward: Reward) -> dict[str, Any]:
+    """A reward as the server answers it: the reward schema (docs/schema.md), feedback and per-stage seconds
+    included, with the deprecated `task_id`/`total` (and per stage `duration`) kept for existing clients."""
+    return reward_record(reward, legacy=True)
 
 
 @attrs.frozen(slots=True)
@@ -543,7 +550,7 @@ class RewardService:
 
     @staticmethod
     def merge_batch(where: list[int | ItemError], outcomes: list[Reward | ItemError]) -> dict[str, Any]:
-        rewards = [(w if isinstance(w, ItemError) else outcomes[w]).to_dict() for w in where]
+        rewards = [w.to_dict() if isinstance(w, ItemError) else answer(outcomes[w]) for w in where]
         return {"rewards": rewards}
 
     def score(self, body: Any) -> dict[str, Any]:
@@ -551,7 +558,7 @@ class RewardService:
         (outcome,) = self.run([self.parse_item(body)])
         if isinstance(outcome, ItemError):
             raise RequestError(outcome.message, outcome.status)
-        return outcome.to_dict()
+        return answer(outcome)
 
     def score_batch(self, body: Any) -> dict[str, Any]:
         """`POST /score_batch` without HTTP: `{"rewards": [...]}` in order, a bad item's slot holding

@@ -1,11 +1,11 @@
 """The output of a bulk evaluation: a results JSONL file, one scored completion a line.
 
 The first line is a header with the run's settings (`rtlreward.evaluate.settings`); every other line is one
-sample's log (docs/evaluate.md, "Results file"):
+sample's log (docs/schema.md, docs/evaluate.md "Results file"):
 
     {"id", "sample", "reward", "passed", "max_total", "profile", "category", "difficulty", "task_hash", "seconds",
      "stages": {name: {"status", "score", "seconds", "cached", "metrics", "diagnostics": [...], "feedback"}},
-     "metrics", "diagnostics", "feedback", "tests": [passed, total], "reply" / "files" (with --keep-replies)}
+     "metrics", "diagnostics", "feedback", "reply" / "files" (with --keep-replies)}
 
 Each diagnostic is `{"code", "severity", "message", "file", "line", "fields"}` with a stable, namespaced code
 (`rtlreward.codes`). Rows are appended and flushed as each result arrives, so a killed run loses nothing and a
@@ -20,55 +20,29 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rtlreward.codes import diagnostic_row
 from rtlreward.evaluate.completions import Problem
 from rtlreward.evaluate.settings import header_line, is_header
 from rtlreward.model import Candidate, Task
-
-
-def _status(r: Any) -> str:
-    return str(getattr(r.status, "value", r.status))
+from rtlreward.schema import reward_record
 
 
 def result_row(task: Task, sample: int, reward: Any, candidate: Candidate | None = None) -> dict[str, Any]:
-    """The JSONL line for one scored completion: the reward, each stage's status, score, metrics, diagnostics
-    and feedback, the engine's own findings, and (when `candidate` is given: `--keep-replies`) the reply."""
-    stages = {
-        name: {
-            "status": _status(r),
-            "score": round(float(r.score), 6),
-            # the stage's own wall time (a cached result: the run that made it), so a batch's time can be split
-            "seconds": round(float(getattr(r, "duration", 0.0) or 0.0), 4),
-            "cached": bool(getattr(r, "cached", False)),
-            "metrics": dict(getattr(r, "metrics", None) or {}),
-            "diagnostics": [diagnostic_row(name, d) for d in getattr(r, "diagnostics", ()) or ()],
-            "feedback": str(getattr(r, "feedback", "") or ""),
-        }
-        for name, r in reward.stages.items()
-    }
-    metrics = dict(reward.metrics or {})
-    reported = {d for r in reward.stages.values() for d in (getattr(r, "diagnostics", ()) or ())}
-    own = [d for d in (getattr(reward, "diagnostics", ()) or ()) if d not in reported]
-    feedback = reward.feedback() if callable(getattr(reward, "feedback", None)) else ""
+    """The JSONL line for one scored completion: the reward as `rtlreward.schema.reward_record` spells it (the
+    same shape as `score --json` and the server), plus what a bulk run knows: the task's category, difficulty and
+    hash, and (when `candidate` is given: `--keep-replies`) the reply."""
+    record = reward_record(reward, sample=sample, digits=6)
     row: dict[str, Any] = {
         "id": task.id,
         "sample": sample,
-        "reward": round(float(reward.total), 6),
-        "passed": bool(reward.passed),
-        "max_total": reward.max_total,
-        "profile": reward.profile,
+        **{k: v for k, v in record.items() if k not in ("id", "sample", "stages", "metrics")},
         "category": task.category,
         "difficulty": task.difficulty,
         # what the verdict was checked against (harness, interface, context: not the prompt or metadata), so a
         # resume redoes a row whose task changed and keeps one reached under another spelling of the dataset
         "task_hash": task.stimulus_fingerprint()[:16],
-        "stages": stages,
-        "metrics": metrics,
-        "diagnostics": [diagnostic_row("answer", d) for d in own],
-        "feedback": feedback,
+        "stages": record["stages"],
+        "metrics": record["metrics"],
     }
-    if "tests_total" in metrics:  # the profile's [metrics] say where tests_passed / tests_total come from
-        row["tests"] = [metrics.get("tests_passed"), metrics.get("tests_total")]
     if candidate is not None:
         if candidate.text is not None:
             row["reply"] = candidate.text
