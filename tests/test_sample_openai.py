@@ -314,6 +314,38 @@ def test_nothing_listening_is_one_line_not_a_hang(app, tmp_path):
     assert res.exit_code == 1 and "is the server running" in res.output
 
 
+def test_nothing_listening_stops_at_once_with_the_default_retries(app, tmp_path):
+    """Connection refused before the server ever answered: no retries (they only delayed the same error by
+    half a minute), and no `wrote 0 completions` line that reads like a finished run."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    res = invoke(
+        app,
+        *["sample", "verilog-eval", "--filter", "ids=Prob001_zero,Prob002_m2014_q4i", "--model", "m"],
+        *["--base-url", f"http://127.0.0.1:{port}/v1", "--out", str(tmp_path / "c.jsonl")],
+    )
+    assert res.exit_code == 1, res.output
+    assert "is the server running" in res.output and "--base-url" in res.output
+    assert "wrote" not in res.output and "retried" not in res.output and "(after " not in res.output
+    assert "Sampling stopped (none written" in res.output
+
+
+def test_more_samples_with_the_default_temperature_says_how_to_continue(stub, app, tmp_path):
+    """`-n 1` samples at temperature 0 by default and `-n 5` at 0.8: the refusal names the option that adds
+    to the file, and following it works."""
+    out = tmp_path / "c.jsonl"
+    assert invoke(app, *sample_args(stub, out, "-n", "1")).exit_code == 0
+    res = invoke(app, *sample_args(stub, out, "-n", "5"))
+    assert res.exit_code == 2
+    assert "rerun with --temperature 0" in res.output and "another --out" in res.output
+    res = invoke(app, *sample_args(stub, out, "-n", "5", "--temperature", "0"))
+    assert res.exit_code == 0, res.output
+    assert len(rows(out)) == 20 and len(stub.requests) == 20
+
+
 # -- resume ----------------------------------------------------------------------------------------------------
 def test_a_killed_run_resumes_without_asking_again(stub, ve_tasks, tmp_path):
     """Kill the sampler (SIGKILL) after 3 of 8 replies, with a 4th request in flight; cut a line in half as a

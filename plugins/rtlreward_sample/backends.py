@@ -97,7 +97,8 @@ class OpenAIChat:
     """POST {base_url}/chat/completions, one request per sample (every server supports n=1; llama.cpp's does
     not support more, and one request per sample is what makes resume exact), with retries: 429 and 5xx wait
     for Retry-After when given, else an exponential backoff with jitter; a timeout or a dropped connection
-    is retried the same way. `sleep` is injectable so tests need not wait."""
+    is retried the same way, except a connection refused before the server ever answered (nothing listens at
+    the URL: EndpointError at once). `sleep` is injectable so tests need not wait."""
 
     def __init__(
         self,
@@ -134,6 +135,7 @@ class OpenAIChat:
         self.client: Any = None
         self.requests = 0
         self.retried = 0
+        self.answered = False  # the server has sent a response (any status) this run
 
     async def __aenter__(self) -> OpenAIChat:
         import httpx
@@ -184,12 +186,22 @@ class OpenAIChat:
                 resp = await self.client.post(self.url, json=body)
             except httpx.TimeoutException:
                 last, unreachable = f"no reply within {self.timeout:g} s (--timeout)", False
+            except httpx.ConnectError as exc:
+                # Nothing listens there (refused, no such host) and it never answered this run: no retry can
+                # fix that, so the run stops at once. Once it has answered, a refused connection is a restart.
+                if not self.answered:
+                    raise EndpointError(
+                        f"cannot reach {self.url}: {exc or type(exc).__name__}; is the server running? check "
+                        "--base-url (the server's URL up to /v1)"
+                    ) from None
+                last, unreachable = f"cannot reach {self.url}: {exc or type(exc).__name__}", True
             except httpx.TransportError as exc:
                 last, unreachable = f"cannot reach {self.url}: {exc or type(exc).__name__}", True
             except httpx.HTTPError as exc:  # a reply that could not be read (bad encoding, redirect loop)
                 last, unreachable = f"{type(exc).__name__}: {exc}", False
             else:
                 unreachable = False
+                self.answered = True
                 if resp.status_code == 200:
                     return self._reply(resp)
                 detail = _detail(resp)

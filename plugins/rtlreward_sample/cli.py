@@ -222,6 +222,7 @@ def sample_command(
             raise _fail("--extra-body must be a JSON object, e.g. '{\"top_p\": 0.95}'")
         if backend == "tinker":
             raise _fail("--extra-body is for --backend openai")
+    default_temperature = temperature is None
     if temperature is None:
         temperature = 0.0 if n == 1 else 0.8
     ds, tasks = _selection(dataset, source, filters, limit)
@@ -247,7 +248,16 @@ def sample_command(
     try:
         existing = store.scan(repair=not dry_run)
         store.check_settings(existing, sampler)
-    except (ResumeMismatch, ValueError) as exc:
+    except ResumeMismatch as exc:
+        hint = ""
+        if default_temperature and exc.diff.get("temperature"):
+            old = exc.diff["temperature"][0]
+            hint = (
+                f" (the default temperature follows -n: 0 for one sample, 0.8 for several; to add samples to "
+                f"this file, rerun with --temperature {old:g})"
+            )
+        raise _fail(f"{out}: {exc}{hint}") from None
+    except ValueError as exc:
         raise _fail(f"{out}: {exc}") from None
     except OSError as exc:
         raise _fail(f"cannot read {out}: {exc.strerror or exc}") from None
@@ -449,6 +459,13 @@ def _next_step(dataset: str, out: Path) -> None:
 def _report(outcome: Any, dataset: str, out: Path, n: int, tasks: int) -> None:
     retried = f", {outcome.retried} retried" if outcome.retried else ""
     already = f"; {outcome.already} already there" if outcome.already else ""
+    if outcome.fatal:  # the error, and what is kept, without a line that reads like a finished run
+        kept = (
+            f"{outcome.written} written this run{already}" if outcome.written or already else "none written"
+        )
+        raise _fail(
+            f"{outcome.fatal}. Sampling stopped ({kept}; kept in {out}): rerun the same command to resume", 1
+        )
     typer.echo(
         f"wrote {outcome.written} completions ({tasks} tasks x {n}) to {out} in {outcome.seconds:.1f} s "
         f"({outcome.requests} requests{retried}){already}"
@@ -457,8 +474,6 @@ def _report(outcome: Any, dataset: str, out: Path, n: int, tasks: int) -> None:
         typer.secho(f"failed: {task_id} sample {sample}: {why}", fg="yellow", err=True)
     if len(outcome.failed) > 5:
         typer.secho(f"... and {len(outcome.failed) - 5} more failed", fg="yellow", err=True)
-    if outcome.fatal:
-        raise _fail(f"{outcome.fatal}. Samples written so far are kept: rerun the same command to resume", 1)
     if outcome.failed:
         raise _fail(f"{len(outcome.failed)} samples failed (above); rerun the same command to retry them", 1)
     _next_step(dataset, out)

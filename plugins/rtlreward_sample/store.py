@@ -11,6 +11,7 @@ experiments in one file, so it is refused.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,11 @@ __all__ = ["CompletionsFile", "ResumeMismatch"]
 
 
 class ResumeMismatch(ValueError):
-    """The file holds samples taken with other settings."""
+    """The file holds samples taken with other settings; `diff` is {setting: (the file's, this run's)}."""
+
+    def __init__(self, message: str, diff: dict[str, tuple[Any, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.diff = dict(diff or {})
 
 
 @attrs.frozen(slots=True)
@@ -30,6 +35,28 @@ class Existing:
     done: frozenset[tuple[str, int]]
     samplers: tuple[dict[str, Any], ...]  # the distinct `sampler` records found
     dropped_tail: int  # bytes of a cut-off last line removed
+
+
+# sampler setting -> the `rtlreward sample` option that sets it
+_FLAGS = {
+    "backend": "--backend",
+    "model": "--model",
+    "temperature": "--temperature",
+    "max_tokens": "--max-tokens",
+    "style": "--style",
+    "seed": "--seed",
+    "extra_body": "--extra-body",
+}
+
+
+def _flag(key: str, value: Any) -> str:
+    if value is None:
+        return f"no {_FLAGS[key]}"
+    if isinstance(value, dict):
+        value = json.dumps(value)
+    elif isinstance(value, float):
+        value = f"{value:g}"
+    return f"{_FLAGS[key]} {shlex.quote(str(value))}"
 
 
 def _describe(diff: dict[str, tuple[Any, Any]]) -> str:
@@ -96,9 +123,12 @@ class CompletionsFile:
                 if old.get(k) != sampler.get(k)
             }
             if diff:
+                same = " ".join(_flag(k, old_v) for k, (old_v, _) in sorted(diff.items()) if k in _FLAGS)
                 raise ResumeMismatch(
                     f"the file already holds samples taken with other settings: {_describe(diff)}; "
-                    "rerun with the same settings to resume it, or write to another --out file"
+                    f"rerun with the file's settings to resume it ({same or 'as it was sampled'}), or write to "
+                    "another --out file",
+                    diff,
                 )
 
     def open(self) -> None:
