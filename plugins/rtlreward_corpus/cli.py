@@ -79,3 +79,233 @@ def add_commands(app: typer.Typer) -> None:
         out.print("difficulty: " + ", ".join(f"{k}={v}" for k, v in sorted(kinds.items())), markup=False)
         for r in rejected[:show_rejected]:
             out.print(f"  row {r.row}: {r.reason}", markup=False)
+
+    def _bar(what: str, quiet: bool):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from rtlreward.cli import console
+
+        err = console(stderr=True)
+        return Progress(
+            TextColumn(what),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+            disable=quiet or not err.is_terminal,
+        )
+
+    def _progress(bar):
+        ids: list[int] = []
+
+        def update(done: int, total: int) -> None:
+            if not ids:
+                ids.append(bar.add_task("", total=total))
+            bar.update(ids[0], completed=done, total=total)
+
+        return update
+
+    def _write_json(path: Path | None, doc: Any) -> None:
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(doc, indent=2))
+
+    @group.command("check")
+    def check(
+        corpus: Annotated[Path, typer.Argument(help="A JSONL or Parquet corpus file.")],
+        schema: SchemaOpt = None,
+        fields: FieldsOpt = None,
+        out: Annotated[
+            Path | None, typer.Option("--out", "-o", help="Write the clean corpus here (its own schema).")
+        ] = None,
+        report: Annotated[Path | None, typer.Option("--report", help="Write the JSON report here.")] = None,
+        dedup_: Annotated[
+            bool, typer.Option("--dedup/--no-dedup", help="Group identical and equivalent references.")
+        ] = True,
+        prove_duplicates: Annotated[
+            bool,
+            typer.Option(
+                "--prove-duplicates/--text-duplicates", help="Also prove same-interface references."
+            ),
+        ] = True,
+        executor: Annotated[str, typer.Option("--executor", "-x", help="local | docker | ray")] = "local",
+        jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Candidates in flight.")] = None,
+        no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not use the result cache.")] = False,
+    ) -> None:
+        """Check every reference (compile, synth when registered, proof against itself), group duplicates, and
+        write the clean corpus: healthy references, one per group. Parallel (-j) and resumable (result cache)."""
+        from rtlreward.cli import console, fail
+        from rtlreward.engine import EngineError
+        from rtlreward_corpus.check import CorpusCheck, check_corpus, dedup
+        from rtlreward_corpus.load import write_rows
+
+        tasks, rejected, load_s = _read(corpus, schema, fields)
+        settings = CorpusCheck(
+            executor=executor, jobs=jobs, cache=not no_cache, prove_duplicates=prove_duplicates
+        )
+        t0 = time.perf_counter()
+        try:
+            with _bar("references", False) as bar:
+                entries, stages = check_corpus(tasks, settings, progress=_progress(bar))
+            check_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            groups = [[t.id] for t in tasks]
+            if dedup_:
+                with _bar("duplicates", False) as bar:
+                    groups = dedup(tasks, settings, progress=_progress(bar))
+            dedup_s = time.perf_counter() - t0
+        except EngineError as exc:
+            raise fail(str(exc)) from None
+        healthy = {e["id"] for e in entries if e["status"] == "ok"}
+        row = {t.id: t.metadata.get("row") for t in tasks}
+        keep: list[str] = []
+        for g in groups:
+            first = next((i for i in g if i in healthy), None)
+            if first is not None:
+                keep.append(first)
+        doc = {
+            "corpus": str(corpus),
+            "stages": stages,
+            "tasks": len(tasks),
+            "rejected_rows": [{"row": r.row, "reason": r.reason} for r in rejected],
+            "broken": [e for e in entries if e["status"] != "ok"],
+            "duplicate_groups": [g for g in groups if len(g) > 1],
+            "kept": len(keep),
+            "seconds": {"load": round(load_s, 2), "check": round(check_s, 2), "dedup": round(dedup_s, 2)},
+            "entries": entries,
+        }
+        _write_json(report, doc)
+        if out is not None:
+            write_rows(corpus, [row[i] for i in keep], out)
+        con = console()
+        dups = sum(len(g) - 1 for g in groups)
+        con.print(
+            f"{len(tasks)} tasks ({len(rejected)} rows rejected): {len(healthy)} healthy "
+            f"({', '.join(stages)}), {len(tasks) - len(healthy)} broken, {dups} duplicates in "
+            f"{sum(1 for g in groups if len(g) > 1)} groups; {len(keep)} kept"
+            + (f" -> {out}" if out else ""),
+            markup=False,
+        )
+        con.print(f"time: load {load_s:.1f} s, check {check_s:.1f} s, dedup {dedup_s:.1f} s", markup=False)
+        for e in doc["broken"][:5]:
+            con.print(f"  {e['id']}: {e.get('cause', '')}", markup=False)
+
+    @group.command("decontaminate")
+    def decontaminate_cmd(
+        corpus: Annotated[Path, typer.Argument(help="A JSONL or Parquet corpus file.")],
+        schema: SchemaOpt = None,
+        fields: FieldsOpt = None,
+        out: Annotated[
+            Path | None,
+            typer.Option("--out", "-o", help="Write the rows that are not benchmark problems here."),
+        ] = None,
+        report: Annotated[Path | None, typer.Option("--report", help="Write the JSON report here.")] = None,
+        against: Annotated[
+            str, typer.Option("--against", help="Benchmarks, comma-separated: verilog-eval, rtllm, cvdp.")
+        ] = "verilog-eval,rtllm,cvdp",
+        cvdp: Annotated[
+            list[Path],
+            typer.Option("--cvdp", help="CVDP JSONL files (default: ../shared/data/cvdp/*.jsonl)."),
+        ] = [],  # noqa: B006
+        ngram: Annotated[int, typer.Option("--ngram", help="Words per prompt n-gram.")] = 8,
+        threshold: Annotated[
+            float, typer.Option("--threshold", help="Share of a prompt's n-grams in one benchmark prompt.")
+        ] = 0.5,
+        prove: Annotated[
+            bool, typer.Option("--prove/--no-prove", help="Prove references against same-interface ones.")
+        ] = True,
+        executor: Annotated[str, typer.Option("--executor", "-x", help="local | docker | ray")] = "local",
+        jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Candidates in flight.")] = None,
+    ) -> None:
+        """Find training problems that are benchmark problems: by prompt n-grams and by a reference equivalent to
+        a benchmark reference with the same interface (names aside). Writes a report and the clean rows."""
+        from rtlreward.cli import console, fail
+        from rtlreward.engine import EngineError
+        from rtlreward_corpus.decontam import BENCHMARKS, DecontamSettings, benchmark_tasks, decontaminate
+        from rtlreward_corpus.load import write_rows
+
+        names = [n.strip() for n in against.split(",") if n.strip()]
+        bad = [n for n in names if n not in BENCHMARKS]
+        if bad:
+            raise fail(f"unknown benchmark(s) {', '.join(bad)}; choose from {', '.join(BENCHMARKS)}")
+        tasks, _, _ = _read(corpus, schema, fields)
+        t0 = time.perf_counter()
+        bench, notes = benchmark_tasks(names, cvdp)
+        if not bench:
+            raise fail("no benchmark task could be read: " + "; ".join(notes))
+        settings = DecontamSettings(
+            ngram=ngram, threshold=threshold, prove=prove, executor=executor, jobs=jobs
+        )
+        try:
+            with _bar("proofs", False) as bar:
+                entries = decontaminate(tasks, bench, settings, progress=_progress(bar))
+        except EngineError as exc:
+            raise fail(str(exc)) from None
+        seconds = time.perf_counter() - t0
+        flagged = [e for e in entries if e["contaminated"]]
+        doc = {
+            "corpus": str(corpus),
+            "benchmarks": {n: sum(1 for b in bench if b.benchmark == n) for n in names},
+            "notes": notes,
+            "settings": {"ngram": ngram, "threshold": threshold, "prove": prove},
+            "tasks": len(tasks),
+            "contaminated": len(flagged),
+            "proofs": sum(e["proofs"] for e in entries),
+            "seconds": round(seconds, 2),
+            "entries": entries,
+        }
+        _write_json(report, doc)
+        if out is not None:
+            write_rows(corpus, [e["row"] for e in entries if not e["contaminated"]], out)
+        con = console()
+        con.print(
+            f"{len(flagged)} of {len(tasks)} tasks are benchmark problems "
+            f"({sum(1 for e in flagged if e['ngram_contaminated'])} by prompt, "
+            f"{sum(1 for e in flagged if e['equivalent_to'])} by an equivalent reference; "
+            f"{doc['proofs']} proofs, {seconds:.1f} s)" + (f"; clean rows -> {out}" if out else ""),
+            markup=False,
+        )
+        for e in flagged[:10]:
+            why = (
+                e.get("equivalent_to") or f"{e.get('ngram_match')} ({e['ngram_overlap']:.2f} of its n-grams)"
+            )
+            con.print(f"  {e['id']}: {why}", markup=False)
+        for n in notes:
+            con.print(f"  note: {n}", markup=False)
+
+    @group.command("split")
+    def split_cmd(
+        corpus: Annotated[Path, typer.Argument(help="A JSONL or Parquet corpus file.")],
+        out_dir: Annotated[
+            Path,
+            typer.Option("--out-dir", "-o", help="Write one file per split here (<stem>.<split>.jsonl)."),
+        ],
+        schema: SchemaOpt = None,
+        fields: FieldsOpt = None,
+        ratios: Annotated[
+            str, typer.Option("--ratios", help="name=weight,... (normalised).")
+        ] = "train=0.8,validation=0.1,test=0.1",
+        seed: Annotated[int, typer.Option("--seed", help="Another seed, another (deterministic) split.")] = 0,
+    ) -> None:
+        """Deterministic splits by hash of each reference (copies of one design share a split); the same split
+        is `--filter split=NAME` on the corpus."""
+        from rtlreward.cli import console, fail
+        from rtlreward_corpus.load import write_rows
+        from rtlreward_corpus.split import parse_ratios, split_of
+
+        try:
+            parts = parse_ratios(ratios)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+        tasks, _, _ = _read(corpus, schema, fields)
+        rows: dict[str, list[int]] = {n: [] for n, _ in parts}
+        for t in tasks:
+            rows[split_of(t, parts, seed)].append(t.metadata["row"])
+        suffix = ".parquet" if corpus.suffix == ".parquet" else ".jsonl"
+        stem = corpus.name.split(".")[0]
+        con = console()
+        for name, picked in rows.items():
+            dest = out_dir / f"{stem}.{name}{suffix}"
+            write_rows(corpus, picked, dest)
+            con.print(f"{name}: {len(picked)} -> {dest}", markup=False)

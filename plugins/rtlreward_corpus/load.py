@@ -18,7 +18,7 @@ import contextlib
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -332,3 +332,24 @@ def mapping_from(filters: dict[str, Any]) -> FieldMap:
     schema = filters.get("schema") or conf.get("schema")
     fields: Any = filters.get("fields") or conf.get("fields")
     return field_map(schema, fields)
+
+
+def write_rows(source: str | Path, rows: Iterable[int], out: str | Path) -> int:
+    """The given rows of `source`, in file order and its own schema, written to `out` (JSONL, or Parquet when
+    `out` ends in .parquet). Returns how many were written."""
+    wanted = set(rows)
+    kept = [r for i, r in enumerate(read_rows(source)) if i in wanted]
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix == ".parquet":
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise CorpusError("writing Parquet needs pyarrow: pip install 'rtlreward[corpus]'") from None
+        pq.write_table(pa.Table.from_pylist(kept), out)
+    else:
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in kept), encoding="utf-8")
+        tmp.replace(out)
+    return len(kept)
