@@ -129,3 +129,35 @@ def test_bad_ratios_are_a_usage_error(tmp_path, bad):
     corpus = write(tmp_path / "c.jsonl", problems(2))
     res = CliRunner().invoke(_app(), ["corpus", "split", str(corpus), "-o", str(tmp_path), "--ratios", bad])
     assert res.exit_code == 2 and "name=weight" in res.output
+
+
+@needs_verilog_eval
+def test_near_miss_pairs_and_repairs_for_a_verilog_eval_task(tmp_path):
+    from rtlreward.engine import Engine
+    from rtlreward.model import Candidate
+
+    pairs, repairs = tmp_path / "pairs.jsonl", tmp_path / "repairs.jsonl"
+    res = _run(
+        "near-miss", "verilog-eval", "--id", "Prob041_dff8r", "--pairs", str(pairs), "--repairs", str(repairs),
+        "--per-task", "3", "-j", "2",
+    )  # fmt: skip
+    assert "refuted mutants for 1 of 1 tasks" in res.stdout
+    task = load_tasks("verilog-eval", ids="Prob041")[0]
+    reference = task.reference["TopModule.sv"].strip()
+    prefs = [json.loads(line) for line in pairs.read_text().splitlines()]
+    fixes = [json.loads(line) for line in repairs.read_text().splitlines()]
+    assert 1 <= len(prefs) <= 3 and len(fixes) == len(prefs)
+    assert len({p["rejected"][0]["content"] for p in prefs}) == len(prefs)
+    for p, f in zip(prefs, fixes, strict=True):
+        assert p["prompt"][-1]["role"] == "user" and "TopModule" in p["prompt"][-1]["content"]
+        assert reference in p["chosen"][0]["content"]
+        assert p["counterexample"].startswith("Not equivalent") and "differs" in p["counterexample"]
+        assert f["messages"][-1] == p["chosen"][0] and f["messages"][-3] == p["rejected"][0]
+        assert p["counterexample"] in f["messages"][-2]["content"]
+    # Each rejected design is wrong, judged again from scratch under the `equiv` profile.
+    with Engine("equiv", cache=False, calibrate=False) as eng:
+        rewards = eng.score_batch(
+            [(task, Candidate(text=p["rejected"][0]["content"], sample=i)) for i, p in enumerate(prefs)]
+            + [(task, Candidate(text=prefs[0]["chosen"][0]["content"], sample=99))]
+        )
+    assert not any(r.passed for r in rewards[:-1]) and rewards[-1].passed

@@ -309,3 +309,67 @@ def add_commands(app: typer.Typer) -> None:
             dest = out_dir / f"{stem}.{name}{suffix}"
             write_rows(corpus, picked, dest)
             con.print(f"{name}: {len(picked)} -> {dest}", markup=False)
+
+    @group.command("near-miss")
+    def near_miss(
+        dataset: Annotated[
+            str,
+            typer.Argument(help="A corpus file, or any dataset with references (verilog-eval, rtllm, ...)."),
+        ],
+        pairs: Annotated[
+            Path | None, typer.Option("--pairs", help="Write DPO preference pairs here (JSONL).")
+        ] = None,
+        repairs: Annotated[
+            Path | None, typer.Option("--repairs", help="Write SFT repair conversations here (JSONL).")
+        ] = None,
+        schema: SchemaOpt = None,
+        fields: FieldsOpt = None,
+        ids: Annotated[list[str], typer.Option("--id", help="Only these task ids (repeatable).")] = [],  # noqa: B006
+        limit: Annotated[int | None, typer.Option("--limit", help="Only the first N tasks.")] = None,
+        per_task: Annotated[int, typer.Option("--per-task", help="Refuted mutants kept per task.")] = 3,
+        tried: Annotated[int, typer.Option("--tried", help="Mutants tried per task.")] = 10,
+        executor: Annotated[str, typer.Option("--executor", "-x", help="local | docker | ray")] = "local",
+        jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Candidates in flight.")] = None,
+    ) -> None:
+        """Refuted single-site mutants of each reference, with their counterexamples, as DPO preference pairs
+        (chosen = reference, rejected = mutant) and SFT repair examples (mutant + counterexample -> reference)."""
+        from rtlreward.cli import _load_tasks, console, fail
+        from rtlreward.engine import EngineError
+        from rtlreward_corpus.load import SUFFIXES
+        from rtlreward_corpus.nearmiss import NearMissSettings, near_misses, preference_row, repair_row
+
+        if pairs is None and repairs is None:
+            raise fail("say where to write: --pairs FILE and/or --repairs FILE")
+        path = Path(dataset)
+        if path.is_file() and path.suffix in SUFFIXES and (schema or fields):
+            tasks = _read(path, schema, fields)[0]
+        else:
+            tasks = _load_tasks(dataset)
+        if ids:
+            wanted = {i for i in ids}
+            tasks = [t for t in tasks if t.id in wanted or any(t.id.startswith(w + "_") for w in wanted)]
+        if limit is not None:
+            tasks = tasks[:limit]
+        tasks = [t for t in tasks if t.reference]
+        if not tasks:
+            raise fail(f"{dataset}: no task with a reference design to mutate")
+        settings = NearMissSettings(
+            per_task=max(1, per_task), tried=max(1, tried), executor=executor, jobs=jobs
+        )
+        t0 = time.perf_counter()
+        try:
+            with _bar("mutants", False) as bar:
+                found = near_misses(tasks, settings, progress=_progress(bar))
+        except EngineError as exc:
+            raise fail(str(exc)) from None
+        for dest, make in ((pairs, preference_row), (repairs, repair_row)):
+            if dest is None:
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text("".join(json.dumps(make(nm), ensure_ascii=False) + "\n" for nm in found))
+        covered = len({nm["task"].id for nm in found})
+        console().print(
+            f"{len(found)} refuted mutants for {covered} of {len(tasks)} tasks in {time.perf_counter() - t0:.1f} s"
+            + "".join(f"; -> {d}" for d in (pairs, repairs) if d is not None),
+            markup=False,
+        )
