@@ -25,10 +25,12 @@ class Counting(LocalExecutor):
         super().__init__()
         self.lock = threading.Lock()
         self.commands: list[str] = []
+        self.argvs: list[tuple[str, ...]] = []
 
     def run(self, argv, **kw):
         with self.lock:
             self.commands.append(" ".join(str(a) for a in argv)[:400])
+            self.argvs.append(tuple(str(a) for a in argv))
         return super().run(argv, **kw)
 
 
@@ -95,3 +97,52 @@ def test_a_compile_error_with_the_testbench_is_reported_from_the_shared_command(
     assert tests.status is Status.FAILED and tests.metrics.get("step") == "compile", tests
     # The compiler's own words, read back from the shared command's log, located in the answer's file.
     assert any("RefModule" in d.message for d in tests.diagnostics), tests.diagnostics
+
+
+def test_equiv_runs_yosys_and_abc_in_one_command(counter, tmp_path, monkeypatch):
+    """Under `equiv` a proved candidate costs five commands: the safety gate's preprocessors, both designs'
+    Icarus views, Yosys's miter with ABC's proof chained in the same sandbox, and the two simulations that must
+    agree with the proof. ABC never gets a command of its own when Yosys's runner can become it."""
+    monkeypatch.setenv("RTLREWARD_CACHE_DIR", str(tmp_path / "cache"))
+    ex = Counting()
+    with Engine("equiv", executor=ex, cache=False, jobs=1, workspace_root=tmp_path / "ws") as eng:
+        assert eng.score(counter, _variant(counter, 0)).passed  # the task's one-time costs: the self-proof
+        ex.commands.clear()
+        ex.argvs.clear()
+        reward = eng.score(counter, _variant(counter, 1))
+    eq = reward.stages["equivalence"]
+    assert reward.passed and eq.metrics["equivalence"] == "proved" and eq.metrics["formal"] == "proved", eq
+    assert len(ex.commands) <= 5, ex.commands
+    chained = [a for a in ex.argvs if any(x.startswith("rtlreward-abc-") for x in a)]
+    assert len(chained) == 1 and any(x.startswith("read_aiger eq.aig") and "pdr -T" in x for x in chained[0])
+    # no command of ABC's own (the fallback runs it through `sh -c b=$1 ...` or the Python runner)
+    assert not any(a[:2] == ("sh", "-c") and a[2].startswith("b=$1") for a in ex.argvs), ex.commands
+
+
+def test_a_chained_yosys_past_its_own_limit_is_a_yosys_timeout(counter, tmp_path):
+    """In the chained command Yosys keeps its own limit (an alarm in its runner), not the whole command's, and
+    is reported as Yosys not finishing; the answer earns nothing."""
+    from equivalence_helpers import run_equivalence
+
+    from rtlreward_equivalence import EquivalenceStage
+
+    heavy = counter.reference["TopModule.sv"].replace(
+        "endmodule",
+        "  genvar gi;\n  wire [59999:0] w;\n  generate for (gi = 0; gi < 60000; gi = gi + 1) begin : g\n"
+        "    assign w[gi] = (gi % 3 == 0) ? q[0] : ~w[gi > 0 ? gi - 1 : 0];\n  end endgenerate\nendmodule",
+    )
+    files = {"TopModule.sv": heavy}
+    r = run_equivalence(
+        EquivalenceStage(),
+        Counting(),
+        tmp_path,
+        counter,
+        files,
+        seed=1,
+        timeout=60,
+        yosys_seconds=1.0,
+        simulate=False,
+    )
+    assert r.metrics["formal"] == "timeout", (r.metrics, [d.message for d in r.diagnostics])
+    assert any("did not finish" in d.message for d in r.diagnostics)
+    assert r.metrics["formal_seconds"] < 1.0 + 5

@@ -29,6 +29,7 @@ import re
 import secrets
 import shlex
 import shutil
+import signal
 import subprocess
 import threading
 from collections.abc import Mapping
@@ -108,9 +109,26 @@ YOSYS_RUNNER = (
     "        from pyosys import libyosys as ys\n"
     "    except ImportError:\n"
     "        os.execvp('yosys', ['yosys', '-q', '-s', sys.argv[1]])\n"
+    "chain = sys.argv[3:]\n"
+    "if chain:\n"
+    "    import signal\n"
+    "    signal.alarm(max(1, int(float(chain[0]) + 0.999)))\n"
+    "    out = os.dup(1)\n"
     "os.dup2(os.open(sys.argv[1] + '.log', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 1)\n"
     "ys.run_pass('script ' + sys.argv[1], ys.Design())\n"
+    "if chain:\n"
+    "    signal.alarm(0)\n"
+    "    os.dup2(out, 1)\n"
+    "    if not os.path.isfile(chain[2]):\n"
+    "        sys.exit(0)\n"
+    "    os.write(1, (chain[1] + '\\n').encode())\n"
+    "    os.execv(chain[2], chain[2:])\n"
 )
+# With three or more extra arguments (seconds, nonce, program, its arguments...) the runner is a chain: Yosys's part
+# is cut by SIGALRM after `seconds` (the command's own limit then covers what follows), and when the script
+# succeeds and `program` exists where the command runs, the runner prints the nonce on its standard output and
+# becomes `program` (the proof's ABC): one sandboxed command instead of two. Without that line the caller runs the
+# program itself.
 
 
 # Runs the ABC the pyosys wheel ships (`yosys-abc` beside libyosys), else `yosys-abc` on PATH, with the arguments given.
@@ -375,6 +393,39 @@ class EquivalenceStage(Stage):
             memory_mb=int(opts["yosys_memory_mb"]),
         )
 
+    def _abc_chain(self, ctx: StageContext, command: str) -> list[str] | None:
+        """ABC's argv to run from the Yosys runner's process when the miter is written (YOSYS_RUNNER's chain):
+        only with both tools on "auto" and the wheel's ABC binary found here."""
+        opts = {**DEFAULTS, **ctx.options}
+        if str(opts.get("yosys") or "auto") != "auto" or str(opts.get("yosys_abc") or "auto") != "auto":
+            return None
+        base = _pyosys_dir()
+        exe = os.path.join(base, "pyosys", "yosys-abc") if base else ""
+        return [exe, "-c", command] if exe and os.path.isfile(exe) else None
+
+    def _yosys_then_abc(
+        self, ctx: StageContext, work: Path, script: str, name: str, abc: list[str], abc_limit: float
+    ) -> tuple[Any, Any]:
+        """The miter's Yosys script and, when it succeeds, ABC, in one sandboxed command (YOSYS_RUNNER's chain).
+        Returns (Yosys's result, ABC's result or None when ABC did not run in it). Yosys keeps its own limit
+        (SIGALRM in the runner, reported as a timeout); ABC gets `abc_limit` on top."""
+        opts = {**DEFAULTS, **ctx.options}
+        (work / name).write_text(script)
+        limit = min(float(ctx.timeout), float(opts["yosys_seconds"]))
+        nonce = f"rtlreward-abc-{secrets.token_hex(8)}"
+        res = ctx.run(
+            [*self._yosys_argv(ctx, name), f"{limit:g}", nonce, *abc],
+            cwd=work,
+            timeout=limit + abc_limit,
+            memory_mb=int(opts["yosys_memory_mb"]),
+        )
+        head, sep, tail = res.stdout.partition(nonce + "\n")
+        if not sep:  # Yosys failed or was cut, or ABC is not where the command ran: Yosys's result alone
+            cut = res.returncode in (-signal.SIGALRM, 128 + signal.SIGALRM)  # the alarm, as the sandbox reports it
+            return attrs.evolve(res, timed_out=res.timed_out or cut), None
+        yosys_res = attrs.evolve(res, returncode=0, stdout=head, timed_out=False)
+        return yosys_res, attrs.evolve(res, stdout=tail, stderr="")
+
     def _formal(
         self,
         ctx: StageContext,
@@ -396,6 +447,9 @@ class EquivalenceStage(Stage):
         yosys = self._yosys_argv(ctx, "eq.ys")[0]
         mark_start, mark_gold, mark_gate = (f"m{secrets.token_hex(8)}" for _ in range(3))
         seconds = 0.0
+        budget = float(opts["formal_timeout"]) if budget is None else budget
+        chain = self._abc_chain(ctx, formal.abc_pdr(budget))
+        abc_res = None
         for nolatches in (False, True):
             script = formal.miter_script(
                 [gold_file],
@@ -407,7 +461,11 @@ class EquivalenceStage(Stage):
                 drop_ports=drop_ports,
                 marks=(mark_gold, mark_gate),
             )
-            res = self._yosys(ctx, work, f"log -stderr {mark_start}\n" + script, "eq.ys")
+            script = f"log -stderr {mark_start}\n" + script
+            if chain:
+                res, abc_res = self._yosys_then_abc(ctx, work, script, "eq.ys", chain, budget + 10)
+            else:
+                res = self._yosys(ctx, work, script, "eq.ys")
             seconds += res.duration
             if res.returncode == 0 or formal.LATCH_ERROR not in formal.yosys_error(res.output):
                 break
@@ -438,9 +496,11 @@ class EquivalenceStage(Stage):
                 seconds=seconds,
                 answer_side=answer_side,
             )
-        budget = float(opts["formal_timeout"]) if budget is None else budget
-        res = ctx.run(self._abc_argv(ctx, formal.abc_pdr(budget)), cwd=work, timeout=budget + 10)
-        seconds += res.duration
+        if abc_res is not None:  # ABC ran in Yosys's command (its time is in that command's duration)
+            res = abc_res
+        else:
+            res = ctx.run(self._abc_argv(ctx, formal.abc_pdr(budget)), cwd=work, timeout=budget + 10)
+            seconds += res.duration
         if _missing_tool(res, "yosys-abc") or (
             res.returncode != 0 and "yosys-abc" in res.stderr and "No such file" in res.stderr
         ):
