@@ -373,3 +373,48 @@ def add_commands(app: typer.Typer) -> None:
             + "".join(f"; -> {d}" for d in (pairs, repairs) if d is not None),
             markup=False,
         )
+
+    @group.command("curriculum")
+    def curriculum(
+        corpus: Annotated[Path, typer.Argument(help="A JSONL or Parquet corpus file.")],
+        results: Annotated[
+            list[Path], typer.Option("--results", "-r", help="Results files of past samples (repeatable).")
+        ],
+        out: Annotated[
+            Path,
+            typer.Option("--out", "-o", help="Write the selected rows here, easy to hard (its own schema)."),
+        ],
+        schema: SchemaOpt = None,
+        fields: FieldsOpt = None,
+        keep: Annotated[
+            str, typer.Option("--keep", help="disagree: tasks whose samples' rewards differ (+ unseen); all.")
+        ] = "disagree",
+        unseen: Annotated[
+            bool, typer.Option("--unseen/--no-unseen", help="Keep tasks no results file has tried.")
+        ] = True,
+        report: Annotated[Path | None, typer.Option("--report", help="Per-task figures as JSON.")] = None,
+    ) -> None:
+        """Difficulty from past results (pass rate, reward spread), keep the problems whose GRPO groups disagree,
+        and write them easy to hard: a file the trainers read in order."""
+        from rtlreward.cli import console, fail
+        from rtlreward_corpus.curriculum import schedule, select, task_stats
+        from rtlreward_corpus.load import write_rows
+
+        if keep not in ("disagree", "all"):
+            raise fail(f"--keep is disagree or all, not {keep!r}")
+        tasks, _, _ = _read(corpus, schema, fields)
+        try:
+            stats = task_stats(results)
+        except (OSError, ValueError) as exc:
+            raise fail(str(exc)) from None
+        picked = select(tasks, stats, keep_unseen=unseen) if keep == "disagree" else list(tasks)
+        ordered = schedule(picked, stats)
+        write_rows(corpus, [t.metadata["row"] for t in ordered], out, keep_order=True)
+        _write_json(report, {"stats": stats, "order": [t.id for t in ordered]})
+        tried = sum(1 for t in tasks if t.id in stats)
+        flat = sum(1 for t in tasks if t.id in stats and stats[t.id]["spread"] <= 1e-6)
+        console().print(
+            f"{len(tasks)} tasks, {tried} with results ({flat} whose samples all earned the same reward); "
+            f"{len(ordered)} kept, easy to hard -> {out}",
+            markup=False,
+        )

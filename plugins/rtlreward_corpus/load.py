@@ -288,7 +288,7 @@ def read_corpus(
 ) -> tuple[list[Task], list[Rejected]]:
     """Every row of the file as a Task, and the rows rejected with their reasons. Ids stay unique: a repeated id
     gets `#<row>` appended."""
-    fmap = fmap or FieldMap()
+    fmap = fmap or SCHEMAS["generic"]
     path = Path(path)
     name = name or path.name.split(".")[0]
     tasks: list[Task] = []
@@ -334,11 +334,13 @@ def mapping_from(filters: dict[str, Any]) -> FieldMap:
     return field_map(schema, fields)
 
 
-def write_rows(source: str | Path, rows: Iterable[int], out: str | Path) -> int:
-    """The given rows of `source`, in file order and its own schema, written to `out` (JSONL, or Parquet when
-    `out` ends in .parquet). Returns how many were written."""
-    wanted = set(rows)
-    kept = [r for i, r in enumerate(read_rows(source)) if i in wanted]
+def write_rows(source: str | Path, rows: Iterable[int], out: str | Path, *, keep_order: bool = False) -> int:
+    """The given rows of `source` in its own schema, in file order (or in the order given, with `keep_order`),
+    written to `out` (JSONL, or Parquet when `out` ends in .parquet). Returns how many were written."""
+    order = list(rows)
+    wanted = set(order)
+    by_row = {i: r for i, r in enumerate(read_rows(source)) if i in wanted}
+    kept = [by_row[i] for i in (order if keep_order else sorted(wanted)) if i in by_row]
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".parquet":
