@@ -6,6 +6,8 @@ nothing but errors under `-q`. Real engine, real tools (Icarus, Verilator, pysla
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -102,3 +104,26 @@ def test_gate_wording_names_the_stage_that_failed(run, tmp_path):
     res = run("score", str(ARBITER), "-c", str(prose), "-p", "shaped")
     assert res.exit_code == 1, res.output
     assert "gate safety skipped: format failed" in res.stdout and "a gate failed" not in res.stdout
+
+
+def test_the_model_and_sampler_travel_from_completions_to_header_and_report(run, tmp_path):
+    """Two runs of different models must be told apart without a --title: `rtlreward sample` writes `model` and
+    `sampler` on every completions line; eval copies them into the results header and the report shows them."""
+    sampler = {"backend": "openai", "model": "acme/coder-7b", "temperature": 0.8, "max_tokens": 2048}
+    line = {"id": "fixed_priority_arbiter", "sample": 0, "completion": CORRECT.read_text()}
+    completions = tmp_path / "acme.jsonl"
+    completions.write_text(json.dumps({**line, "model": "acme/coder-7b", "sampler": sampler}) + "\n")
+    out = tmp_path / "acme.results.jsonl"
+    res = run("eval", str(ARBITER), "-c", str(completions), "-p", "seed", "-o", str(out))
+    assert res.exit_code == 0, res.output
+    header = json.loads(out.read_text().splitlines()[0])["settings"]
+    assert header["model"] == "acme/coder-7b" and header["sampler"] == sampler
+
+    page, html = tmp_path / "report.md", tmp_path / "report.html"
+    for args in (["--format", "md", "-o", str(page)], ["-o", str(html)]):
+        res = subprocess.run(
+            [sys.executable, "-m", "rtlreward", "report", str(out), *args], capture_output=True, text=True
+        )
+        assert res.returncode == 0, res.stderr
+    assert "acme/coder-7b, temperature 0.8, max tokens 2048" in page.read_text().split("\n## ")[0]  # runs line
+    assert "acme/coder-7b, temperature 0.8" in html.read_text()

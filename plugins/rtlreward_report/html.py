@@ -506,10 +506,20 @@ class _Page:
     def settings(self) -> str:
         rows = []
         for v in self.r.results:
-            rows.append([e(v.run.label), e("results"), f"<code>{e(v.run.path)}</code>", e(len(v.samples))])
+            rows.append(
+                [
+                    e(v.run.label),
+                    e("results"),
+                    f"<code>{e(v.run.path)}</code>",
+                    e(v.run.producer or "-"),
+                    e(len(v.samples)),
+                ]
+            )
         for t in self.r.training:
-            rows.append([e(t.run.label), e("training"), f"<code>{e(t.run.path)}</code>", e(len(t.run.steps))])
-        out = [table(["run", "kind", "file", "rows"], rows, (3,))]
+            rows.append(
+                [e(t.run.label), e("training"), f"<code>{e(t.run.path)}</code>", "-", e(len(t.run.steps))]
+            )
+        out = [table(["run", "kind", "file", "model and sampler", "rows"], rows, (4,))]
         for v in self.r.results:
             if v.run.settings:
                 out.append(f"<h3>{e(v.run.label)}: settings recorded in the rows</h3>")
@@ -667,7 +677,10 @@ def render_html(report: Report, *, plots: bool = True) -> str:
         else:
             content = getattr(page, sid)()
         body.append(f'<section id="{sid}" data-section="{sid}"><h2>{e(title)}</h2>{content}</section>')
-    runs = ", ".join(f"{v.run.label} ({len(v.samples)} results)" for v in report.results) + "".join(
+    runs = ", ".join(
+        f"{v.run.label} ({len(v.samples)} results{'; ' + v.run.producer if v.run.producer else ''})"
+        for v in report.results
+    ) + "".join(
         f"{', ' if report.results or i else ''}{t.run.label} (training, {len(t.run.steps)} steps)"
         for i, t in enumerate(report.training)
     )

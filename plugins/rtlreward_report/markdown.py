@@ -346,9 +346,12 @@ def _samples(r: Report) -> str:
 
 
 def _settings(r: Report) -> str:
-    rows = [[md(v.run.label), "results", md(v.run.path), str(len(v.samples))] for v in r.results]
-    rows += [[md(t.run.label), "training", md(t.run.path), str(len(t.run.steps))] for t in r.training]
-    out = [table(["run", "kind", "file", "rows"], rows, (3,))]
+    rows = [
+        [md(v.run.label), "results", md(v.run.path), md(v.run.producer or "-"), str(len(v.samples))]
+        for v in r.results
+    ]
+    rows += [[md(t.run.label), "training", md(t.run.path), "-", str(len(t.run.steps))] for t in r.training]
+    out = [table(["run", "kind", "file", "model and sampler", "rows"], rows, (4,))]
     for v in r.results:
         if v.run.settings:
             out.append(f"### {md(v.run.label)}: settings recorded in the rows\n")
@@ -375,7 +378,10 @@ def _settings(r: Report) -> str:
 def render_markdown(report: Report) -> str:
     titles = dict(SECTIONS)
     parts = [f"# {md(report.title)}\n"]
-    runs = [f"{md(v.run.label)} ({len(v.samples)} results)" for v in report.results]
+    runs = [
+        f"{md(v.run.label)} ({len(v.samples)} results{'; ' + md(v.run.producer) if v.run.producer else ''})"
+        for v in report.results
+    ]
     runs += [f"{md(t.run.label)} (training, {len(t.run.steps)} steps)" for t in report.training]
     parts.append("Runs: " + ", ".join(runs) + "\n")
     for sid, _ in sections_for(report):

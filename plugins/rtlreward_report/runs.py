@@ -127,6 +127,28 @@ class Run:
     notes: tuple[str, ...] = ()  # what the report could not use, and why
 
     @property
+    def producer(self) -> str:
+        """Who produced the replies, from the settings `rtlreward eval` copies out of the completions file
+        (`model`, `sampler`): e.g. `Qwen/Qwen2.5-Coder-7B-Instruct, temperature 0.8, max tokens 4096`; "" when
+        the file does not say."""
+        model = self.settings.get("model")
+        sampler = self.settings.get("sampler")
+        parts = []
+        if isinstance(model, list):
+            parts.append(" + ".join(str(m) for m in model))
+        elif model:
+            parts.append(str(model))
+        if isinstance(sampler, Mapping):
+            parts += [
+                f"{k.replace('_', ' ')} {sampler[k]}"
+                for k in ("temperature", "max_tokens", "seed")
+                if sampler.get(k) is not None
+            ]
+        elif isinstance(sampler, list) and sampler:
+            parts.append(f"{len(sampler)} sampler settings")
+        return ", ".join(parts)
+
+    @property
     def stage_order(self) -> list[str]:
         """Stages in the order the rows list them (the engine writes them in its topological order); a stage
         seen only in later rows goes after the ones it followed."""

@@ -159,6 +159,7 @@ def run_eval(
         )
     try:
         from rtlreward.config import quiet
+        from rtlreward.evaluate.completions import producer
         from rtlreward.evaluate.settings import run_settings
 
         settings = run_settings(
@@ -167,6 +168,8 @@ def run_eval(
             completions=str(completions)
             if completions is not None
             else ("reference" if reference else "empty"),
+            # who produced the replies (model, sampler settings), so two runs tell apart without a --title
+            **(producer(completions) if completions is not None else {}),
         )
         summary = evaluate(
             tasks,

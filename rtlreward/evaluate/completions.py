@@ -99,6 +99,38 @@ def read_completions(path: str | Path) -> tuple[list[Completion], list[Problem]]
     return completions, problems
 
 
+def producer(path: str | Path) -> dict[str, Any]:
+    """Who produced a completions file, as `rtlreward sample` records it on every line: `model` (the one model,
+    or a list when the file mixes several) and `sampler` (the settings: backend, temperature, max_tokens, style,
+    seed, ...; a list when they differ). {} for a file without them (written by hand or another tool)."""
+    models: list[Any] = []
+    samplers: list[Any] = []
+    try:
+        with Path(path).open(encoding="utf-8", errors="replace") as fh:
+            for raw in fh:
+                try:
+                    obj = json.loads(raw)
+                except ValueError:
+                    continue
+                if not isinstance(obj, Mapping):
+                    continue
+                model, sampler = obj.get("model"), obj.get("sampler")
+                if isinstance(sampler, Mapping) and model is None:
+                    model = sampler.get("model")
+                if model is not None and model not in models:
+                    models.append(model)
+                if isinstance(sampler, Mapping) and dict(sampler) not in samplers:
+                    samplers.append(dict(sampler))
+    except OSError:
+        return {}
+    out: dict[str, Any] = {}
+    if models:
+        out["model"] = models[0] if len(models) == 1 else models
+    if samplers:
+        out["sampler"] = samplers[0] if len(samplers) == 1 else samplers
+    return out
+
+
 def reference_completions(tasks: Iterable[Task]) -> tuple[list[Completion], list[Problem]]:
     """Each task's own reference solution as a completion (sanity: these should pass)."""
     out, missing = [], []
