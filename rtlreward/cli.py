@@ -29,6 +29,9 @@ app = typer.Typer(
     add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
+    # Plain help, wrapped to the terminal: rich's option table cut long option names (`--no-inline-tas…`) at
+    # 80 columns, and the help of a command is where a name must be whole.
+    rich_markup_mode=None,
 )
 
 _groups: dict[tuple[int, str], typer.Typer] = {}
@@ -103,7 +106,7 @@ def command_group(parent: typer.Typer, name: str, help: str = "") -> typer.Typer
     key = (id(parent), name)
     if key not in _groups:
         text = help or GROUP_HELP.get(name) or f"Commands of the {name} plugins."
-        group = typer.Typer(name=name, help=text, no_args_is_help=True)
+        group = typer.Typer(name=name, help=text, no_args_is_help=True, rich_markup_mode=None)
         parent.add_typer(group, name=name)
         _groups[key] = group
     return _groups[key]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -26,7 +27,17 @@ def add_commands(app: typer.Typer) -> None:
         source: Annotated[
             str | None, typer.Option("--source", help="Where a named dataset reads its files.")
         ] = None,
-        ids: Annotated[list[str], typer.Option("--id", help="Only these task ids (repeatable).")] = [],  # noqa: B006
+        filters: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--filter",
+                "-f",
+                help="key=value passed to the dataset loader (repeatable), as in eval: ids=a,b, limit=N, ...",
+            ),
+        ] = None,
+        ids: Annotated[
+            list[str], typer.Option("--id", help="Only this task id (repeatable; same as --filter ids=...).")
+        ] = [],  # noqa: B006
         limit: Annotated[int | None, typer.Option("--limit", help="Only the first N tasks.")] = None,
         seeds: Annotated[int, typer.Option("--seeds", help="Reference runs, each with its own seed.")] = 3,
         n_mutants: Annotated[
@@ -34,7 +45,7 @@ def add_commands(app: typer.Typer) -> None:
         ] = 8,
         floor: Annotated[float, typer.Option("--floor", help="Least calibrated time limit, seconds.")] = 3.0,
         factor: Annotated[
-            float, typer.Option("--factor", help="Time limit = factor x the slowest reference run.")
+            float, typer.Option("--factor", help="Time limit = factor x the median reference run.")
         ] = 5.0,
         executor: Annotated[str, typer.Option("--executor", "-x", help="local | docker | ray")] = "local",
         jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Candidates in flight.")] = None,
@@ -52,6 +63,23 @@ def add_commands(app: typer.Typer) -> None:
                 help="Score do-nothing stubs under shaped and equiv (a harness run each).",
             ),
         ] = True,
+        audit_profiles: Annotated[
+            list[str],
+            typer.Option(
+                "--audit",
+                help="Also run `rtlreward audit` under this profile (repeatable): each task's unearned reward "
+                "beside the stub's, in the table and the JSON report (docs/audit.md).",
+            ),
+        ] = [],  # noqa: B006
+        audit_budget: Annotated[
+            int, typer.Option("--audit-budget", help="Search evaluations per task for --audit.")
+        ] = 4,
+        audit_attacks: Annotated[
+            list[str],
+            typer.Option(
+                "--audit-attack", help="Only these audit attacks or classes (repeatable; default all)."
+            ),
+        ] = [],  # noqa: B006
     ) -> None:
         """Check that each task's reference passes its harness here and that the harness fails real bugs."""
         from rich.markup import escape
@@ -62,7 +90,23 @@ def add_commands(app: typer.Typer) -> None:
         from rtlreward.engine import EngineError
         from rtlreward_health.check import CheckSettings, check_tasks, default_cache_path, report
 
-        tasks = _load_tasks(dataset) if source is None else _load_source(dataset, source)
+        if filters:
+            from rtlreward.evaluate.command import parse_filters
+
+            try:
+                parsed = parse_filters(filters)
+            except ValueError as exc:
+                raise fail(str(exc)) from None
+            wanted_ids = parsed.pop("ids", None)
+            if wanted_ids:
+                ids = [*ids, *(i.strip() for i in str(wanted_ids).split(",") if i.strip())]
+            if "limit" in parsed:
+                limit = int(parsed.pop("limit"))
+        else:
+            parsed = {}
+        tasks = (
+            _load_tasks(dataset) if source is None and not parsed else _load_source(dataset, source, **parsed)
+        )
         if ids:
             wanted = set(ids)
             tasks = [t for t in tasks if t.id in wanted]
@@ -82,7 +126,11 @@ def add_commands(app: typer.Typer) -> None:
             jobs=jobs,
             stubs=stubs,
         )
+        from rtlreward.config import quiet
+
         err = console(stderr=True)
+        # a log (stderr not a terminal) gets a line per tenth of each phase instead of a bar, as eval and sample
+        lines = not err.is_terminal and not quiet()
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -90,11 +138,18 @@ def add_commands(app: typer.Typer) -> None:
             TimeElapsedColumn(),
             console=err,
             transient=True,
-            disable=as_json and not err.is_terminal,
+            disable=quiet() or not err.is_terminal,
         ) as bar:
             bars: dict[str, int] = {}
+            shown: dict[str, int] = {}
 
             def progress(what: str, done: int, total: int) -> None:
+                if lines:
+                    tenth = 10 * done // max(1, total)
+                    if shown.get(what) != tenth:
+                        shown[what] = tenth
+                        print(f"tasks check: {what} {done}/{total}", file=sys.stderr, flush=True)
+                    return
                 if what not in bars:
                     bars[what] = bar.add_task(what, total=total)
                 bar.update(bars[what], completed=done, total=total)
@@ -109,7 +164,23 @@ def add_commands(app: typer.Typer) -> None:
                 )
             except EngineError as exc:
                 raise fail(str(exc)) from None
+        if audit_profiles:
+            from rtlreward_audit.cli import fail_on_audit_error
+            from rtlreward_health.audit import audit_tasks
+
+            with fail_on_audit_error():
+                audits = audit_tasks(
+                    tasks,
+                    entries,
+                    audit_profiles,
+                    budget=audit_budget,
+                    attacks=audit_attacks,
+                    executor=executor,
+                    jobs=jobs,
+                )
         doc = report(dataset, tools, entries)
+        if audit_profiles:
+            doc["audit"] = audits
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(doc, indent=2))
@@ -128,6 +199,10 @@ def add_commands(app: typer.Typer) -> None:
             "cause / surviving mutant",
             title=f"task health: {dataset}",
         )
+        if audit_profiles:
+            from rtlreward_health.audit import audit_cell
+
+            table.add_column("audit: unearned/stub")
         for e in entries:
             strength = ""
             if e.get("mutants_not_equivalent"):
@@ -143,6 +218,7 @@ def add_commands(app: typer.Typer) -> None:
                 e.get("formal", ""),
                 _stubs(e),
                 escape(e.get("cause", "")),
+                *([audit_cell(e)] if audit_profiles else []),
             )
         out_console = console()
         out_console.print(table)
@@ -169,11 +245,11 @@ def _limit(limits: dict) -> str:
     return f"{max(limits.values()):g}" if limits else ""
 
 
-def _load_source(dataset: str, source: str):
+def _load_source(dataset: str, source: str | None, **filters):
     from rtlreward.cli import fail
     from rtlreward.integration import load_tasks
 
     try:
-        return load_tasks(dataset, source=source)
+        return load_tasks(dataset, source=source, **filters)
     except (ValueError, OSError, KeyError) as exc:
         raise fail(str(exc)) from None

@@ -47,8 +47,8 @@ def rtlreward_register_commands(app):
             show_default=False,
         ),
         dataset: list[str] = typer.Option(
-            [], "--dataset", "-d", hidden=True
-        ),  # before DATASET was positional
+            [], "--dataset", "-d", help="A dataset name or path (repeatable); the same as DATASET."
+        ),
         host: str = typer.Option(
             "127.0.0.1", help="Address to listen on. Anything but loopback needs --token."
         ),

@@ -1,0 +1,49 @@
+"""What the CLI says in a log and in its help (issue 19): `tasks check` prints progress lines when stderr is not
+a terminal (a CI log) and takes `--filter ids=` like every other command; `-h` texts show every option whole and
+agree with the docs. Real commands in subprocesses (stderr a pipe, as in a log)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COUNTER = ROOT / "examples" / "counter"
+
+
+def cli(*args: str, tmp: Path, columns: int = 80) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RTLREWARD_CACHE_DIR": str(tmp / "cache"), "COLUMNS": str(columns)}
+    env.pop("FORCE_COLOR", None)
+    return subprocess.run(
+        [sys.executable, "-m", "rtlreward", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=tmp,
+    )
+
+
+def test_tasks_check_prints_progress_lines_in_a_log_and_takes_filter(tmp_path):
+    args = ["tasks", "check", str(ROOT / "examples"), "--seeds", "1", "--mutants", "2", "--no-stubs"]
+    res = cli(*args, "--filter", "ids=counter", "--no-cache", tmp=tmp_path)
+    assert res.returncode in (0, 1), res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("tasks check: ")]
+    assert any(ln.startswith("tasks check: reference runs ") for ln in lines), res.stderr
+    assert any(ln.endswith("1/1") for ln in lines), lines  # the last line of a phase says it is done
+    assert "counter" in res.stdout and "fixed_priority_arbiter" not in res.stdout
+    quiet = cli("-q", *args, "--filter", "ids=counter", tmp=tmp_path)
+    assert "tasks check: " not in quiet.stderr
+
+
+def test_help_shows_every_option_whole_on_80_columns(tmp_path):
+    for command in (["serve"], ["tasks", "check"], ["eval"], ["sample"], ["report"]):
+        res = cli(*command, "-h", tmp=tmp_path, columns=80)
+        assert res.returncode == 0, res.stderr
+        assert "…" not in res.stdout, f"{command}: an option name or help cut at 80 columns\n{res.stdout}"
+    serve = cli("serve", "-h", tmp=tmp_path).stdout
+    assert "--dataset" in serve
+    check = cli("tasks", "check", "-h", tmp=tmp_path).stdout
+    assert "median" in check and "slowest" not in check  # what the code does and the docs say
