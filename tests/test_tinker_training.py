@@ -516,3 +516,41 @@ def test_agentic_episodes_in_a_docker_sandbox(offline_tokenizers, arbiter):
     )
     assert (ROOT / "pyproject.toml").exists()
     assert group.get_total_rewards() == [0.0]
+
+
+def test_rl_trains_on_a_corpus_split_and_evaluates_the_held_out_split(offline_tokenizers, tmp_path, monkeypatch):
+    """Issue 18: train on a corpus's train split in its own order, evaluate its test split every step."""
+    from corpus_gen import problems, write
+
+    from rtlreward_corpus.load import read_corpus, write_rows
+    from rtlreward_corpus.split import parse_ratios, split_of
+    from rtlreward_tinker.cli import run
+
+    corpus = write(tmp_path / "corpus.jsonl", problems(8, seed=4))
+    tasks, _ = read_corpus(corpus)
+    ratios = parse_ratios("train=0.5,test=0.5")
+    parts = {n: [t for t in tasks if split_of(t, ratios) == n] for n in ("train", "test")}
+    assert parts["train"] and parts["test"]
+    for name, picked in parts.items():
+        write_rows(corpus, [t.metadata["row"] for t in picked], tmp_path / f"corpus.{name}.jsonl")
+    first = parts["train"][0]
+    script = _script(H.QWEN3_MODEL, "qwen3", [_fenced(first.reference), NO_CODE])
+    _fake_service(monkeypatch, script)
+    r = _resolved(
+        tmp_path,
+        "rl",
+        dataset=str(tmp_path / "corpus.train.jsonl"),
+        eval_dataset=str(tmp_path / "corpus.test.jsonl"),
+        keep_order=True,
+        profile="equiv",
+        eval_every=1,
+        epochs=1,
+    )
+    run(r)
+    rows = _metrics(Path(r["log_path"]))
+    evals = [row for row in rows if any(k.startswith("test/") for k in row)]
+    assert evals, "the held-out split was never evaluated"
+    assert any("reward/total" in k for k in evals[0] if k.startswith("test/"))
+    # the first step trained on the first task of the train split (kept order): half its replies are its
+    # reference (equiv: 1.0), half have no code (0)
+    assert rows[0]["env/all/reward/total"] == pytest.approx(0.5)

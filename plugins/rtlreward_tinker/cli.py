@@ -73,6 +73,8 @@ def dataset_builder(r: dict[str, Any]) -> Any:
         test_fraction=r["test_fraction"],
         test_size=r["test_size"],
         curriculum=r["curriculum"],
+        eval_dataset=r.get("eval_dataset"),
+        keep_order=bool(r.get("keep_order")),
         seed=r["seed"],
         num_epochs=r["epochs"],
         mode=r["mode"],
@@ -262,7 +264,15 @@ def register(train_app: typer.Typer) -> None:
             DEFAULTS["test_fraction"], help="hold out this fraction for eval"
         ),
         test_size: int = typer.Option(0, help="hold out this many tasks (overrides --test-fraction)"),
+        eval_dataset: str | None = typer.Option(
+            None,
+            help="a held-out dataset evaluated every --eval-every steps (e.g. a corpus's test split); "
+            "overrides --test-fraction",
+        ),
         curriculum: bool = typer.Option(False, help="easy tasks first, then medium, then hard"),
+        keep_order: bool = typer.Option(
+            False, help="train in the dataset's own order (a `rtlreward corpus curriculum` schedule)"
+        ),
         seed: int = typer.Option(DEFAULTS["seed"]),
         epochs: int = typer.Option(1, help="passes over the training tasks"),
         max_steps: int | None = typer.Option(None, help="stop after this many batches"),

@@ -187,7 +187,11 @@ class RtlRewardDatasetBuilder(RLDatasetBuilder):
     max_prompt_tokens: int | None = 16384
     test_fraction: float = 0.0
     test_size: int = 0
+    # A held-out dataset evaluated every `eval_every` steps instead of a fraction of `dataset` (a corpus's test
+    # split: `rtlreward corpus split`); its task ids are never trained on.
+    eval_dataset: str | None = None
     curriculum: bool = False
+    keep_order: bool = False  # train in the dataset's own order (a `rtlreward corpus curriculum` schedule)
     seed: int = 0
     num_epochs: int = 1
     mode: str = "single"  # "single" | "agentic" | "refine"
@@ -242,13 +246,25 @@ class RtlRewardDatasetBuilder(RLDatasetBuilder):
             health=self.health,
             keep_broken=self.keep_broken,
         )
+        if self.eval_dataset:
+            held_out = load_task_list(self.eval_dataset, health=self.health, keep_broken=self.keep_broken)
+            ids = {t.id for t in held_out}
+            train = [t for t in tasks if t.id not in ids]
+            if not train:
+                raise ValueError(
+                    f"every task of {self.dataset!r} is in the eval dataset {self.eval_dataset!r}"
+                )
+            return train, held_out
         return split_tasks(tasks, self.test_fraction, self.test_size, self.seed)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         train, test = await asyncio.to_thread(self.tasks)
         ordered: list[Task] = []
         for epoch in range(max(1, self.num_epochs)):
-            ordered += order_tasks(train, curriculum=self.curriculum, seed=self.seed, epoch=epoch)
+            if self.keep_order:
+                ordered += train
+            else:
+                ordered += order_tasks(train, curriculum=self.curriculum, seed=self.seed, epoch=epoch)
         train_ds = TaskDataset([self.make_builder(t) for t in ordered], self.batch_size)
         test_ds = TaskDataset([self.make_builder(t) for t in test], self.batch_size) if test else None
         return train_ds, test_ds
