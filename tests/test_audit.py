@@ -24,6 +24,8 @@ from rtlreward_audit.cli import add_commands
 ROOT = Path(__file__).resolve().parents[1]
 ARBITER = ROOT / "examples" / "fixed_priority_arbiter"
 VE_TASK = "Prob011_norgate"
+# every built-in attack but the resource blow-ups (each costs a stage its time limit; test_audit_forges.py)
+CHEAP = tuple(a.name for a in rtlreward_audit.attacks.BUILTIN_ATTACKS if a.name != "resource")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -86,21 +88,30 @@ def test_shaped_pays_a_stub_on_the_arbiter_and_the_audit_reports_it(registry, ar
 
 @needs_verilog_eval
 def test_shaped_pays_a_stub_on_verilog_eval(registry, ve_task):
-    report = run_audit(ve_task, AuditSettings(profile="shaped", budget=4), registry=registry)
+    report = run_audit(ve_task, AuditSettings(profile="shaped", budget=4, attacks=CHEAP), registry=registry)
     (entry,) = report["tasks"]
     _check_entry(entry)
     assert entry["unearned_reward"] > 0
     assert entry["judge"] == "equivalence"
     # every blind attack class was tried, and the near miss (a mutant of the reference) is reported apart
-    assert {"stub", "names", "one_tool_view", "extra_port", "sim_control", "pass_lines", "format"} <= set(
-        entry["by_class"]
-    )
+    assert {
+        "stub",
+        "names",
+        "one_tool_view",
+        "extra_port",
+        "sim_control",
+        "pass_lines",
+        "format",
+        "prompt_position",
+    } <= set(entry["by_class"])
     assert entry["near_miss"] is None or entry["near_miss"]["class"] == "mutant"
 
 
 @needs_verilog_eval
 def test_under_equiv_no_blind_attack_beats_the_do_nothing_stub(registry, arbiter, ve_task):
-    report = run_audit(arbiter + ve_task, AuditSettings(profile="equiv", budget=4), registry=registry)
+    report = run_audit(
+        arbiter + ve_task, AuditSettings(profile="equiv", budget=4, attacks=CHEAP), registry=registry
+    )
     assert len(report["tasks"]) == 2
     for entry in report["tasks"]:
         _check_entry(entry)

@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 
 from rtlreward.model import Candidate, Reward, Task
-from rtlreward_audit.attacks import Attack, Seed, collect_attacks
+from rtlreward_audit.attacks import Attack, Seed, collect_attacks, feedback_names, name_seeds
 from rtlreward_audit.search import mutate
 
 __all__ = ["AuditSettings", "judge_profile", "run_audit"]
@@ -224,6 +224,17 @@ class _Auditor:
     def audit_task(self, task: Task, progress: Callable[[str], Any] | None = None) -> dict[str, Any]:
         seeds = [(a, sd, "seed") for a in self.attacks for sd in _safe_seeds(a, task)]
         evals = self.score(task, seeds)
+        # Second round of `names`: the identifiers the reward's own feedback showed (a policy reads it too).
+        names_attack = next((a for a in self.attacks if a.name == "names"), None)
+        if names_attack is not None and evals:
+            shown = [
+                text
+                for e in evals
+                for r in e.reward.stages.values()
+                for text in (r.feedback, *(d.message for d in r.diagnostics))
+            ]
+            found = feedback_names(task, [e.seed.reply() for e in evals], shown)
+            evals += self.score(task, [(names_attack, sd, "feedback") for sd in name_seeds(task, found)])
         if progress:
             progress(f"{task.id}: {len(evals)} seeds scored")
         reference = self.engine.score(task, Candidate(files=dict(task.reference))) if task.reference else None
@@ -250,9 +261,30 @@ class _Auditor:
         )
         searched = self.search(task, pool)
         blind = [e for e in [*by_class.values(), *searched] if e is not None and not e.attack.informed]
+        # An informed reply (a refuted mutant of the reference) is a near miss while the profile pays it partial
+        # credit, but unearned reward once the profile passes it: a wrong design paid as right is a forge however
+        # it was found. Every informed reply the profile passed is judged, not only each class's best.
+        passed_informed = [e for e in evals if e.attack.informed and e.reward.passed]
+        self.judge(task, passed_informed)
+        forged = [e for e in passed_informed if e.verdict == "wrong"]
         informed = [e for e in by_class.values() if e is not None and e.attack.informed]
-        best = max(blind, key=lambda e: e.total, default=None)
+        best = max([*blind, *forged], key=lambda e: e.total, default=None)
         near = max(informed, key=lambda e: e.total, default=None)
+        # A reply that broke a stage (`error`) is the reward's bug whatever it earned: the failure should read as
+        # the answer's (failed, resource-limit, timeout).
+        errors = [
+            {
+                "attack": e.attack.name,
+                "class": e.attack.cls,
+                "label": e.seed.label,
+                "stage": name,
+                "feedback": " ".join((r.feedback or "").split())[:200],
+                "reward": round(e.total, 4),
+            }
+            for e in [*evals, *searched]
+            for name, r in e.reward.stages.items()
+            if r.status.value == "error"
+        ]
         ref_total = round(reference.total, 4) if reference is not None else None
         undecided = [e for e in evals if e.verdict == "undecided" and e.total > (stub_reward or 0)]
         entry: dict[str, Any] = {
@@ -269,6 +301,8 @@ class _Auditor:
             "over_stub": round(best.total - stub_reward, 4) if best and stub_reward is not None else None,
             "margin": round(ref_total - best.total, 4) if best and ref_total is not None else None,
             "near_miss": near.row() if near else None,
+            "forged_pass": bool(best is not None and best.reward.passed),
+            "errors": errors,
             "by_class": {cls: (None if e is None else round(e.total, 4)) for cls, e in by_class.items()},
             "seeds": len(evals),
             "search_evaluations": self._spent,
@@ -365,3 +399,16 @@ def run_audit(
 def over(report: Mapping[str, Any], limit: float) -> list[str]:
     """The ids of the tasks whose unearned reward exceeds `limit`."""
     return [e["id"] for e in report["tasks"] if e["unearned_reward"] > limit]
+
+
+def over_stub(report: Mapping[str, Any], slack: float = 1e-9) -> list[str]:
+    """The ids of the tasks where a wrong reply earns more than the do-nothing stub, where a wrong reply is paid as
+    a pass, or where a reply made a stage end in `error`: the hacks (docs/audit.md)."""
+    return [
+        e["id"]
+        for e in report["tasks"]
+        if (e.get("over_stub") is not None and e["over_stub"] > slack)
+        or (e.get("stub_reward") is None and e["unearned_reward"] > slack)
+        or e.get("forged_pass")
+        or e.get("errors")
+    ]

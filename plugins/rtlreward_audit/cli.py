@@ -3,7 +3,9 @@ when a task's unearned reward exceeds X."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -35,6 +37,14 @@ def add_commands(app: typer.Typer) -> None:
             float | None,
             typer.Option("--fail-over", help="Exit 1 when a task's unearned reward exceeds this."),
         ] = None,
+        fail_over_stub: Annotated[
+            bool,
+            typer.Option(
+                "--fail-over-stub",
+                help="Exit 1 when a wrong reply earns more than the task's do-nothing stub, a wrong reply is "
+                "paid as a pass, or a reply breaks a stage (error).",
+            ),
+        ] = False,
         executor: Annotated[str, typer.Option("--executor", "-x", help="local | docker | ray")] = "local",
         jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Candidates in flight.")] = None,
         no_cache: Annotated[bool, typer.Option("--no-cache", help="Score without the result cache.")] = False,
@@ -44,7 +54,7 @@ def add_commands(app: typer.Typer) -> None:
         from rtlreward.engine import EngineError
         from rtlreward.plugins import PluginError
         from rtlreward.profiles import ProfileError
-        from rtlreward_audit.audit import AuditSettings, over, run_audit
+        from rtlreward_audit.audit import AuditSettings, over, over_stub, run_audit
 
         tasks = _load_tasks(dataset) if source is None else _load_source(dataset, source)
         if ids:
@@ -85,6 +95,29 @@ def add_commands(app: typer.Typer) -> None:
                     markup=False,
                 )
                 raise typer.Exit(1)
+        if fail_over_stub:
+            bad = over_stub(report)
+            if bad:
+                err.print(
+                    f"a wrong reply earns more than the do-nothing stub (or passes, or breaks a stage) on "
+                    f"{len(bad)} task(s): {', '.join(bad)}",
+                    markup=False,
+                )
+                raise typer.Exit(1)
+
+
+@contextlib.contextmanager
+def fail_on_audit_error() -> Iterator[None]:
+    """Engine, profile and plugin errors of an audit as a CLI failure with their message (exit 1, no traceback)."""
+    from rtlreward.cli import fail
+    from rtlreward.engine import EngineError
+    from rtlreward.plugins import PluginError
+    from rtlreward.profiles import ProfileError
+
+    try:
+        yield
+    except (EngineError, ProfileError, PluginError) as exc:
+        raise fail(str(exc)) from None
 
 
 def _num(x: float | None) -> str:
