@@ -134,3 +134,62 @@ def test_grpo_step_on_cpu_logs_rtlreward_rewards(tmp_path, task):
     ]
     assert logs["rewards/rtlreward_total/mean"] == pytest.approx(sum(expected) / len(expected), abs=1e-5)
     assert "rewards/rtlreward_tests/mean" in logs and "rewards/rtlreward_format/mean" in logs
+
+
+@pytest.mark.slow
+def test_grpo_trains_on_a_corpus_split_and_evaluates_the_held_out_split(tmp_path):
+    """Issue 18: the train split feeds GRPO, the test split is evaluated every step through the same rewards."""
+    trl = pytest.importorskip("trl")
+    datasets = pytest.importorskip("datasets")
+    from corpus_gen import problems, write
+
+    from rtlreward.integration import load_tasks
+    from rtlreward_trl.rewards import RTLRewardFunctions
+
+    corpus = str(write(tmp_path / "corpus.jsonl", problems(12, seed=4)))
+    train = load_tasks(corpus, split="train", ratios="train=0.5,test=0.5")[:2]
+    held_out = load_tasks(corpus, split="test", ratios="train=0.5,test=0.5")[:2]
+    rf = RTLRewardFunctions(train, eval_tasks=held_out, profile="equiv", stages=("format", "equivalence"))
+    with pytest.raises(ValueError, match="also in the training"):
+        RTLRewardFunctions(train, eval_tasks=train[:1])
+    assert [r["task_id"] for r in rf.dataset_rows()] == [t.id for t in train]
+    assert [r["task_id"] for r in rf.eval_dataset_rows()] == [t.id for t in held_out]
+    seen: list[str] = []
+    funcs = rf.funcs()
+    real_total = funcs[0]
+
+    def rtlreward_total(prompts, completions, **kw):
+        seen.extend(kw["task_id"])
+        return real_total(prompts, completions, **kw)
+
+    funcs[0] = rtlreward_total
+    model, tok = _tiny_model_and_tokenizer(tmp_path)
+    plain = lambda rows: [{"prompt": r["prompt"][-1]["content"][:40], "task_id": r["task_id"]} for r in rows]  # noqa: E731
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=2,
+        per_device_eval_batch_size=2,
+        num_generations=2,
+        max_completion_length=8,
+        max_steps=1,
+        logging_steps=1,
+        eval_strategy="steps",
+        eval_steps=1,
+        report_to=[],
+        use_cpu=True,
+        reward_weights=rf.weights(),
+        save_strategy="no",
+        bf16=False,
+    )
+    trainer = trl.GRPOTrainer(
+        model=model,
+        reward_funcs=funcs,
+        args=args,
+        train_dataset=datasets.Dataset.from_list(plain(rf.dataset_rows())),
+        eval_dataset=datasets.Dataset.from_list(plain(rf.eval_dataset_rows())),
+        processing_class=tok,
+    )
+    trainer.train()
+    logs = {k: v for entry in trainer.state.log_history for k, v in entry.items()}
+    assert {t.id for t in held_out} <= set(seen) and {t.id for t in train} & set(seen)
+    assert any(k.startswith("eval_") and "rtlreward_total" in k for k in logs), sorted(logs)

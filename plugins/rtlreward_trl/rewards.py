@@ -57,8 +57,15 @@ class RTLRewardFunctions:
         task_column: str = "task_id",
         engine: Any = None,
         memo_size: int = 4096,
+        eval_tasks: Iterable[Task] = (),
     ) -> None:
-        self.tasks = tasks if isinstance(tasks, TaskIndex) else TaskIndex(tasks)
+        # Held-out tasks (a corpus's test split) are scored too, but only eval_dataset_rows() lists them.
+        self.train_tasks = list(tasks)
+        self.eval_tasks = list(eval_tasks)
+        overlap = {t.id for t in self.train_tasks} & {t.id for t in self.eval_tasks}
+        if overlap:
+            raise ValueError(f"eval tasks also in the training tasks: {', '.join(sorted(overlap)[:5])}")
+        self.tasks = TaskIndex([*self.train_tasks, *self.eval_tasks])
         self.profile = profile
         self.executor = executor
         self.stages = tuple(stages)
@@ -90,8 +97,13 @@ class RTLRewardFunctions:
         return [1.0] + [0.0] * (len(self.stages) + 1)
 
     def dataset_rows(self) -> list[dict[str, Any]]:
-        """Rows for a `datasets.Dataset`: a conversational `prompt` and the task id column."""
-        return [{"prompt": task_messages(t), self.task_column: t.id} for t in self.tasks]
+        """Rows for a `datasets.Dataset`: a conversational `prompt` and the task id column (training tasks)."""
+        return [{"prompt": task_messages(t), self.task_column: t.id} for t in self.train_tasks]
+
+    def eval_dataset_rows(self) -> list[dict[str, Any]]:
+        """The held-out tasks' rows, for `GRPOTrainer(eval_dataset=...)` with `GRPOConfig(eval_strategy="steps",
+        eval_steps=N)`: the split evaluated every N steps."""
+        return [{"prompt": task_messages(t), self.task_column: t.id} for t in self.eval_tasks]
 
     def score(self, completions: Sequence[Any], kwargs: dict[str, Any]) -> list[Reward]:
         ids = kwargs.get(self.task_column)
