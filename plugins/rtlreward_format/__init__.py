@@ -7,7 +7,7 @@ is missing instead of scoring like an empty reply. The extraction rules live in 
 from __future__ import annotations
 
 from rtlreward import hookimpl
-from rtlreward.model import Diagnostic, StageResult, Status
+from rtlreward.model import Diagnostic, StageResult, Status, Task
 from rtlreward.stage import FILES, Stage, StageContext, well_formed
 
 from .extract import MAX_REPLY_CHARS, ReplyError, expected_modules, extract, pass_through
@@ -25,7 +25,8 @@ def expected_paths(task) -> list[str]:
 class FormatStage(Stage):
     name = "format"
     # 2: a lone surrogate in the files becomes its \uXXXX escape (results cached by 1 kept it, and later stages raised)
-    version = "2"
+    # 3: a task that asks for [BEGIN]/[DONE] is told of those in the finding and feedback, not of fences
+    version = "3"
     requires = ()
     provides = (FILES,)  # the engine hands these files (restricted to the task's answer paths) to every stage
     needs = ()  # it reads the raw candidate
@@ -69,7 +70,7 @@ class FormatStage(Stage):
             if path in ex.files:
                 continue
             wanted = ex.missing.get(path) or expected_modules(ctx.task, path, len(expected))
-            msg = f"no ```verilog block declaring module {' / '.join(wanted)} (for {path})"
+            msg = f"{_asked_form(ctx.task)[0]} declaring module {' / '.join(wanted)} (for {path})"
             if ex.declared:
                 msg += f"; the reply declares: {', '.join(ex.declared)}"
             diags.append(Diagnostic(msg, file=path, code="missing-file"))
@@ -82,7 +83,8 @@ class FormatStage(Stage):
             feedback = "; ".join(notes)
             if status is not Status.PASSED:
                 feedback += (
-                    ". Put each file in its own ```verilog block that declares the module"
+                    ". "
+                    + _asked_form(ctx.task)[1]
                     + (", preceded by its path" if len(expected) > 1 else "")
                     + "."
                 )
@@ -130,3 +132,16 @@ def _well_formed(files: dict[str, str]) -> dict[str, str]:
 @hookimpl
 def rtlreward_register_stages(register):
     register(FormatStage())
+
+
+def _asked_form(task: Task) -> tuple[str, str]:
+    """How the task asked for the code, for the finding and the advice: between VerilogEval's `[BEGIN]` and
+    `[DONE]` when its prompt says so (a model told of fences there would learn the wrong wrapper), else in a
+    ```verilog fence."""
+    asked = f"{getattr(task, 'system_prompt', '') or ''}\n{getattr(task, 'prompt', '') or ''}"
+    if "[BEGIN]" in asked and "[DONE]" in asked:
+        return (
+            "no code between [BEGIN] and [DONE]",
+            "Put the code between [BEGIN] and [DONE], declaring the module",
+        )
+    return "no ```verilog block", "Put each file in its own ```verilog block that declares the module"

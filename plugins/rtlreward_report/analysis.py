@@ -152,6 +152,14 @@ class Report:
     training: tuple[TrainingView, ...]
     compare: tuple[TaskDelta, ...] | None
     compare_labels: tuple[str, str] | None = None
+    with_tasks: bool = False  # the tasks were given (--dataset): a group the rows lack, the tasks lack too
+
+
+def no_groups_note(report: Report, what: str) -> str:
+    """Why a grouping (categories, difficulties) is empty, and what would fill it."""
+    if report.with_tasks:
+        return f"No {what} known: neither the results rows nor the dataset's tasks carry one."
+    return f"No {what} known: the results rows carry none; pass --dataset to take them from the tasks."
 
 
 # -- results ------------------------------------------------------------------------------------------------------
@@ -424,6 +432,25 @@ def _causes(run: Run, samples: Sequence[Sample]) -> tuple[Cause, ...]:
     return tuple(causes)
 
 
+def split_causes(causes: Sequence[Cause]) -> tuple[tuple[Cause, ...], tuple[Cause, ...]]:
+    """(causes, consequences): a cluster that is no reply's first failure only follows an earlier one (an
+    unparseable reply fails interface, lint, compile and tests after format). Listing those as causes of their
+    own let one bad reply fill half the table; the report lists the first and names the others in one line."""
+    return tuple(c for c in causes if c.first), tuple(c for c in causes if not c.first)
+
+
+def consequences_note(consequences: Sequence[Cause], limit: int = 6) -> str:
+    """One line for the consequence-only clusters, or ""."""
+    if not consequences:
+        return ""
+    shown = "; ".join(f"{c.stage}: {' '.join(c.label.split())[:80]}" for c in consequences[:limit])
+    more = f"; and {len(consequences) - limit} more" if len(consequences) > limit else ""
+    return (
+        f"{len(consequences)} more finding(s) only follow an earlier failure in the same replies "
+        f"(consequences, not causes): {shown}{more}"
+    )
+
+
 def _interfaces(samples: Sequence[Sample], views: Mapping[int, InterfaceView]) -> tuple[InterfaceView, ...]:
     """One view per failing task: its first failing sample with port problems, else one whose top module is
     missing, else its first."""
@@ -613,4 +640,11 @@ def build_report(
     if len(results) == 2:
         deltas = compare(results[0], results[1])
         labels = (results[0].run.label, results[1].run.label)
-    return Report(title=title, results=results, training=training, compare=deltas, compare_labels=labels)
+    return Report(
+        title=title,
+        results=results,
+        training=training,
+        compare=deltas,
+        compare_labels=labels,
+        with_tasks=tasks is not None,
+    )

@@ -15,7 +15,17 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rtlreward.version import __version__
-from rtlreward_report.analysis import FUNNEL_COLUMNS, FUNNEL_NUMERIC, Cause, Report, ResultsView, TaskDelta
+from rtlreward_report.analysis import (
+    FUNNEL_COLUMNS,
+    FUNNEL_NUMERIC,
+    Cause,
+    Report,
+    ResultsView,
+    TaskDelta,
+    consequences_note,
+    no_groups_note,
+    split_causes,
+)
 from rtlreward_report.interface import InterfaceView, PortInfo
 from rtlreward_report.plots import Plotter
 from rtlreward_report.runs import Sample
@@ -299,10 +309,7 @@ class _Page:
         for _, gs in views:
             names += [g.name for g in gs if g.name not in names]
         if not names:
-            return (
-                f'<p class="note">No {e(what)} known: the results rows carry none. Pass <code>--dataset</code> '
-                "(the dataset the run was scored on) to take them from the tasks.</p>"
-            )
+            return f'<p class="note">{e(no_groups_note(self.r, what))}</p>'
         out = [
             '<div class="row"><div>',
             self.plot(
@@ -364,8 +371,9 @@ class _Page:
             if not v.causes:
                 out.append('<p class="note">No failing replies.</p>')
                 continue
+            causes, consequences = split_causes(v.causes)
             rows = []
-            for i, c in enumerate(v.causes[:30], 1):
+            for i, c in enumerate(causes[:30], 1):
                 rows.append(
                     [
                         e(i),
@@ -385,8 +393,10 @@ class _Page:
                     (0, 4, 5, 6),
                 )
             )
-            if len(v.causes) > 30:
-                out.append(f'<p class="note">{len(v.causes) - 30} rarer causes not shown.</p>')
+            if len(causes) > 30:
+                out.append(f'<p class="note">{len(causes) - 30} rarer causes not shown.</p>')
+            if consequences:
+                out.append(f'<p class="note">{e(consequences_note(consequences))}</p>')
         return "".join(out)
 
     def interfaces(self) -> str:

@@ -13,7 +13,16 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rtlreward.version import __version__
-from rtlreward_report.analysis import FUNNEL_COLUMNS, FUNNEL_NUMERIC, Report, ResultsView, Series
+from rtlreward_report.analysis import (
+    FUNNEL_COLUMNS,
+    FUNNEL_NUMERIC,
+    Report,
+    ResultsView,
+    Series,
+    consequences_note,
+    no_groups_note,
+    split_causes,
+)
 from rtlreward_report.html import MAX_TEXT, SECTIONS, _bins, num, pct, sections_for
 from rtlreward_report.interface import PortInfo
 
@@ -148,9 +157,7 @@ def _groups(r: Report, attr: str, what: str) -> str:
         gs = getattr(v, attr)
         out.append(_multi(r.results, v))
         if not gs:
-            out.append(
-                f"No {what} known: the results rows carry none; pass `--dataset` to take them from the tasks.\n"
-            )
+            out.append(md(no_groups_note(r, what)) + "\n")
             continue
         out.append(
             table(
@@ -185,8 +192,9 @@ def _failures(r: Report) -> str:
             out.append("No failing replies.\n")
             continue
         by = {s.index: s for s in v.samples}
+        causes, consequences = split_causes(v.causes)
         rows = []
-        for i, c in enumerate(v.causes[:30], 1):
+        for i, c in enumerate(causes[:30], 1):
             label = md(c.label) + (" (from the replies)" if c.derived else "")
             if not c.subjects and not c.code.startswith("status:") and c.example and c.example != c.label:
                 label += f" (e.g. {md(c.example, 120)})"
@@ -212,6 +220,8 @@ def _failures(r: Report) -> str:
                 (0, 4, 5, 6),
             )
         )
+        if consequences:
+            out.append(md(consequences_note(consequences)) + "\n")
     return "\n".join(x for x in out if x)
 
 

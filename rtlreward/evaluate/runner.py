@@ -109,8 +109,8 @@ def evaluate(
     if unknown:
         _warn_many(warn, unknown)
         warn(
-            f"{len(unknown)} completion(s) name ids the dataset does not have (wrong dataset file, or filtered "
-            "out by --category/--id/--open-source?)"
+            f"{len(unknown)} completion(s) name ids outside this selection of {len(by_id)} task(s): filtered "
+            "out (--filter, --category, --id, --open-source), or not in the dataset (wrong dataset file?)"
         )
     _warn_many(warn, dups)
     if not todo:

@@ -21,7 +21,7 @@ class Summary:
     results: int  # result rows for these tasks (this run + resumed)
     scored: int  # scored by this run
     resumed: int  # already in the results file, not scored again
-    unknown_ids: int  # completions whose id is not a task
+    unknown_ids: int  # completions whose id is outside the selection (not in the dataset, or filtered out)
     bad_lines: int  # completions lines that could not be used
     duplicates: int  # (id, sample) given twice in the completions
     errors: int  # completions the engine failed on (not written: a rerun retries them)
@@ -89,10 +89,14 @@ def summarize(
             s["skipped"] += st.get("status") == "skipped"
             s["timeout"] += st.get("status") == "timeout"
             s["error"] += st.get("status") == "error"
-            s["score_sum"] += float(st.get("score") or 0.0)
+            if st.get("status") != "skipped":
+                s["score_sum"] += float(st.get("score") or 0.0)
     for s in stages.values():
-        s["pass_rate"] = s["passed"] / s["count"]
-        s["mean_score"] = s.pop("score_sum") / s["count"]
+        # `ran`, the pass rate and the mean score count the replies the stage ran on, not the ones it skipped
+        # (a failed format skips safety): the same figures as the report's stage funnel. `count`: every row.
+        s["ran"] = s["count"] - s["skipped"]
+        s["pass_rate"] = s["passed"] / s["ran"] if s["ran"] else 0.0
+        s["mean_score"] = s.pop("score_sum") / s["ran"] if s["ran"] else 0.0
     passk = aggregate({t: (len(rs), sum(bool(r["passed"]) for r in rs)) for t, rs in per_task.items()}, ks=ks)
     n = len(rows_)
     return Summary(
@@ -173,7 +177,7 @@ def render_summary(summary: Summary, console: Any = None) -> None:
         for name, s in summary.stages.items():
             st.add_row(
                 name,
-                str(s["count"]),
+                str(s["ran"]),
                 str(s["passed"]),
                 _pct(s["pass_rate"]),
                 str(s["skipped"]),
@@ -188,7 +192,7 @@ def render_summary(summary: Summary, console: Any = None) -> None:
         f"{summary.resumed} already done (resumed)",
     ]
     for label, n in (
-        ("unknown ids skipped", summary.unknown_ids),
+        ("ids outside the selection skipped", summary.unknown_ids),
         ("bad lines skipped", summary.bad_lines),
         ("duplicates skipped", summary.duplicates),
         ("engine errors (rerun to retry)", summary.errors),
