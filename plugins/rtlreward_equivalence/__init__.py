@@ -40,12 +40,12 @@ import attrs
 
 from rtlreward import hookimpl
 from rtlreward.model import Diagnostic, StageResult, Status
-from rtlreward.sandbox import resource_exhaustion
+from rtlreward.sandbox import CommandResult, resource_exhaustion
 from rtlreward.stage import Stage, StageContext, UnsafePath, safe_relpath
 from rtlreward_hdl.simrun import compile_then_run
 from rtlreward_hdl.slang import ExpansionTooLarge
 
-from . import diffsim, formal, view
+from . import diffsim, formal, view, warm
 from .design import (
     IDENT_RE,
     Timing,
@@ -403,8 +403,58 @@ class EquivalenceStage(Stage):
         exe = os.path.join(base, "pyosys", "yosys-abc") if base else ""
         return [exe, "-c", command] if exe and os.path.isfile(exe) else None
 
+    def _warm_proof(
+        self,
+        ctx: StageContext,
+        work: Path,
+        name: str,
+        reads: tuple[str, ...],
+        limit: float,
+        abc: list[str],
+        abc_limit: float,
+    ) -> tuple[Any, Any] | None:
+        """The chain of `_yosys_then_abc` on a warm Yosys server (`warm`): the files the script reads are sent,
+        what the proof wrote comes back into `work`. None where no server runs or one failed to answer."""
+        opts = {**DEFAULTS, **ctx.options}
+        pool = warm.pool_for(ctx.executor, int(opts["yosys_memory_mb"]), _pyosys_dir())
+        if pool is None:
+            return None
+        try:
+            files = {
+                n: (work / n).read_text(encoding="utf-8", errors="surrogateescape") for n in (*reads, name)
+            }
+        except OSError:
+            return None
+        if any("/" in n for n in files):
+            return None
+        wanted = (formal.AIG, formal.MAP, "pdr.cex")
+        got = pool.prove(files, name, limit, abc, abc_limit, wanted)
+        if got is None:
+            return None
+        for n in wanted:
+            (work / n).unlink(missing_ok=True)
+            if got["files"].get(n) is not None:
+                (work / n).write_bytes(got["files"][n])
+        rc, timed_out = int(got["rc"]), bool(got["timed_out"])
+        argv = ("yosys-server", name)
+        common = {"argv": argv, "duration": float(got["duration"]), "sandboxed": True}
+        if not got["yosys_done"]:
+            cut = timed_out or rc in (-signal.SIGALRM, 128 + signal.SIGALRM)
+            res = CommandResult(returncode=rc, stdout="", stderr=got["stderr"], timed_out=cut, **common)
+            return res, None
+        yosys_res = CommandResult(returncode=0, stdout="", stderr=got["stderr"], **common)
+        abc_res = CommandResult(returncode=rc, stdout=got["stdout"], timed_out=timed_out, **common)
+        return yosys_res, abc_res
+
     def _yosys_then_abc(
-        self, ctx: StageContext, work: Path, script: str, name: str, abc: list[str], abc_limit: float
+        self,
+        ctx: StageContext,
+        work: Path,
+        script: str,
+        name: str,
+        abc: list[str],
+        abc_limit: float,
+        reads: tuple[str, ...] = (),
     ) -> tuple[Any, Any]:
         """The miter's Yosys script and, when it succeeds, ABC, in one sandboxed command (YOSYS_RUNNER's chain).
         Returns (Yosys's result, ABC's result or None when ABC did not run in it). Yosys keeps its own limit
@@ -412,6 +462,9 @@ class EquivalenceStage(Stage):
         opts = {**DEFAULTS, **ctx.options}
         (work / name).write_text(script)
         limit = min(float(ctx.timeout), float(opts["yosys_seconds"]))
+        served = self._warm_proof(ctx, work, name, reads, limit, abc, abc_limit)
+        if served is not None:
+            return served
         nonce = f"rtlreward-abc-{secrets.token_hex(8)}"
         res = ctx.run(
             [*self._yosys_argv(ctx, name), f"{limit:g}", nonce, *abc],
@@ -421,7 +474,10 @@ class EquivalenceStage(Stage):
         )
         head, sep, tail = res.stdout.partition(nonce + "\n")
         if not sep:  # Yosys failed or was cut, or ABC is not where the command ran: Yosys's result alone
-            cut = res.returncode in (-signal.SIGALRM, 128 + signal.SIGALRM)  # the alarm, as the sandbox reports it
+            cut = res.returncode in (
+                -signal.SIGALRM,
+                128 + signal.SIGALRM,
+            )  # the alarm, as the sandbox reports it
             return attrs.evolve(res, timed_out=res.timed_out or cut), None
         yosys_res = attrs.evolve(res, returncode=0, stdout=head, timed_out=False)
         return yosys_res, attrs.evolve(res, stdout=tail, stderr="")
@@ -463,7 +519,8 @@ class EquivalenceStage(Stage):
             )
             script = f"log -stderr {mark_start}\n" + script
             if chain:
-                res, abc_res = self._yosys_then_abc(ctx, work, script, "eq.ys", chain, budget + 10)
+                reads = (gold_file, gate_file, "wrapper.sv")
+                res, abc_res = self._yosys_then_abc(ctx, work, script, "eq.ys", chain, budget + 10, reads)
             else:
                 res = self._yosys(ctx, work, script, "eq.ys")
             seconds += res.duration

@@ -486,6 +486,125 @@ class LocalExecutor:
         if not self.bwrap:
             kill_marked(marker)
 
+    @property
+    def can_spawn(self) -> bool:
+        """Whether `spawn` can start a long-lived sandboxed process (needs bubblewrap: its PID namespace)."""
+        return self.bwrap is not None
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        workspace: Path,
+        limits: Limits,
+        env: Mapping[str, str] | None = None,
+    ) -> Spawned:
+        """Start `argv` as a long-lived process in a sandbox of its own (the same file system, namespaces, uid and
+        rlimits as `run`; `limits.timeout` is not applied: the caller owns the process and bounds what it asks of
+        it). `workspace` is the process's only writable folder, created empty by the caller and removed by
+        `Spawned.close`. Pipes on stdin and stdout; stderr is discarded. For servers that hold a warm tool and
+        fork a child per job (the equivalence stage's Yosys): each job's limits are theirs to set."""
+        if not self.bwrap:
+            raise RuntimeError("spawn needs bubblewrap (a PID namespace of its own)")
+        workspace = Path(workspace).resolve()
+        lease = _slots().acquire(str(workspace)) if self._sandbox_uid_wanted(workspace, (), ()) else None
+        try:
+            uid = lease.uid if lease is not None else None
+            if uid is not None:
+                hand_over(workspace, uid)
+            full = self._argv(argv, workspace, workspace, limits, (), (), None, uid)
+            user = uid if uid is not None and self.route != "privileged" else None
+            preexec: Callable[[], None] | None = _limiter(limits)
+            prlimit = _prlimit() if self.is_root and user is None else None
+            if prlimit is not None:
+                full, preexec = [*_prlimit_argv(prlimit, limits), *full], None
+            kwargs = dict(
+                cwd=workspace,
+                env=self._env(workspace, env),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=preexec,
+                user=user,
+                group=user,
+                extra_groups=[] if user is not None else None,
+            )
+            # bwrap's --die-with-parent ties the sandbox to the thread that forks it: fork from a thread that
+            # lives as long as this process, not from a stage's short-lived one.
+            proc = _spawner().call(lambda: subprocess.Popen(full, **kwargs))
+        except BaseException:
+            if lease is not None:
+                lease.release(lambda: _reclaim(workspace), kill=True)
+            raise
+        return Spawned(proc, workspace, lease)
+
+
+class Spawned:
+    """A process started by `LocalExecutor.spawn`. `close` kills it and everything in its sandbox, returns its
+    uid and removes its folder; safe to call twice."""
+
+    def __init__(self, proc: subprocess.Popen, workspace: Path, lease: _Lease | None) -> None:
+        self.proc, self.workspace, self._lease = proc, workspace, lease
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        _kill_group(self.proc.pid)
+        for f in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError, ValueError):
+                if f is not None:
+                    f.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        if self._lease is not None:
+            self._lease.release(lambda: _reclaim(self.workspace), kill=True)
+        remove_workspace(self.workspace)
+
+
+class _Spawner:
+    """One daemon thread that forks long-lived sandboxes (see `LocalExecutor.spawn`)."""
+
+    def __init__(self) -> None:
+        import queue
+
+        self._jobs: queue.Queue = queue.Queue()
+        threading.Thread(target=self._loop, name="rtlreward-spawner", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            fn, box, done = self._jobs.get()
+            try:
+                box.append((True, fn()))
+            except BaseException as e:  # handed back to the caller
+                box.append((False, e))
+            done.set()
+
+    def call(self, fn: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+        box: list = []
+        done = threading.Event()
+        self._jobs.put((fn, box, done))
+        done.wait()
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+
+_SPAWNER: _Spawner | None = None
+
+
+def _spawner() -> _Spawner:
+    global _SPAWNER
+    with _SLOTS_LOCK:
+        if _SPAWNER is None:
+            _SPAWNER = _Spawner()
+        return _SPAWNER
+
 
 class _Tree:
     """The sandbox's mounts, emitted parents first (a mount at /a/b must follow the one at /a)."""

@@ -1,0 +1,195 @@
+"""A warm Yosys for the equivalence stage's proofs: libyosys loaded once, a forked child per proof.
+
+Started by `warm.WarmYosys` inside its own sandbox (bubblewrap, a leased sandbox uid, no network, only its own
+folder writable, the executor's rlimits: the memory limit holds per process, so for every proof). It never sees a
+candidate's workspace: each request carries the texts the proof reads, and the answer carries back what the proof
+wrote. Run as `python -I -S yosys_server.py PYOSYS_DIR` (the folder holding the pyosys package, or a path that does
+not exist to find it through the site); Python's standard library only, besides pyosys.
+
+Protocol (one job at a time): a request is one JSON line on stdin, {"files": {name: text}, "script": name,
+"seconds": Yosys's limit, "abc": [program, args...] or null, "abc_seconds": ABC's limit, "want": [names]}; the answer
+is one JSON line on stdout, {"rc", "stdout", "stderr", "timed_out", "yosys_done", "files": {name: base64 or null}}.
+The first line the server writes is {"ready": true, "pid": ...} once libyosys is loaded.
+
+Per job: a fresh folder; a forked child in its own session with stdin, stdout and stderr on files of that folder
+(the protocol's pipes closed before anything of the job is read), an alarm at Yosys's limit, the script run on a new
+design; when it succeeds and `abc` is given, the child writes `yosys.done` and becomes ABC (exec). The server waits
+up to both limits, kills the child's group, then every other process it can signal (the sandbox's PID namespace
+holds only this server and the job: whatever the job left running dies before the answer is written), reads what
+was asked for and removes the folder. This process is not dumpable, so a job cannot ptrace it or read its pipes
+through /proc.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+
+MAX_TEXT = 1 << 20  # stdout/stderr kept per job
+MAX_FILE = 64 << 20  # an output file sent back
+
+
+def _read(path: str, limit: int) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit + 1)
+    except OSError:
+        return None
+
+
+def _text(path: str) -> str:
+    raw = _read(path, MAX_TEXT) or b""
+    cut = len(raw) > MAX_TEXT
+    return raw[:MAX_TEXT].decode("utf-8", "replace") + ("\n[output truncated]" if cut else "")
+
+
+def _kill_others() -> None:
+    """SIGKILL to every process this one may signal, but itself (and the namespace's init), until none is left."""
+    for _ in range(50):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            return
+        time.sleep(0.002)
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+
+
+def _own_pid_namespace() -> bool:
+    """Whether PID 1 here is bubblewrap's init: only then does `kill(-1)` reach just the jobs' processes."""
+    try:
+        with open("/proc/1/cmdline", "rb") as fh:
+            first = fh.read().split(b"\0")[0]
+    except OSError:
+        return False
+    return os.path.basename(first) == b"bwrap"
+
+
+def _clear(root: str) -> None:
+    """Remove everything in the server's folder (a job may have left files or folders anywhere in it)."""
+    for name in os.listdir(root):
+        path = os.path.join(root, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def _child(ys, job: dict, folder: str) -> None:
+    """In the forked child: never returns."""
+    try:
+        os.setsid()
+        os.chdir(folder)
+        null = os.open(os.devnull, os.O_RDONLY)
+        out = os.open("yosys.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        err = os.open("stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        os.closerange(3, 1 << 16)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.alarm(max(1, int(float(job["seconds"]) + 0.999)))
+        ys.run_pass("script " + str(job["script"]), ys.Design())
+        signal.alarm(0)
+        abc = job.get("abc")
+        if abc:
+            stdout = os.open("stdout", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(stdout, 1)
+            os.close(stdout)
+            with open("yosys.done", "w"):
+                pass
+            os.execv(abc[0], [str(a) for a in abc])
+    except BaseException:  # the child reports and exits, never returns into the server's loop
+        import traceback
+
+        try:
+            traceback.print_exc()
+            sys.stderr.flush()
+        finally:
+            os._exit(1)
+    os._exit(0)
+
+
+def serve(pyosys_dir: str) -> int:
+    if os.path.isdir(pyosys_dir):
+        sys.path.insert(0, pyosys_dir)
+    try:
+        from pyosys import libyosys as ys
+    except ImportError:
+        import site
+
+        site.main()
+        from pyosys import libyosys as ys
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+    if not _own_pid_namespace():
+        sys.stderr.write("yosys_server: refusing to run outside a PID namespace of its own (bubblewrap)\n")
+        return 2
+    root = os.getcwd()
+    proto_in = sys.stdin.buffer
+    proto_out = sys.stdout.buffer
+    proto_out.write(json.dumps({"ready": True, "pid": os.getpid()}).encode() + b"\n")
+    proto_out.flush()
+    for line in proto_in:
+        job = json.loads(line)
+        _clear(root)
+        folder = os.path.join(root, "job-" + os.urandom(8).hex())
+        os.mkdir(folder, 0o700)
+        for name, text in job["files"].items():
+            if "/" in name or name.startswith("."):
+                raise SystemExit(f"bad file name {name!r}")
+            with open(os.path.join(folder, name), "w", encoding="utf-8", errors="surrogateescape") as fh:
+                fh.write(text)
+        start = time.monotonic()
+        deadline = start + float(job["seconds"]) + float(job.get("abc_seconds") or 0) + 1.0
+        pid = os.fork()
+        if pid == 0:
+            _child(ys, job, folder)
+        status, timed_out = None, False
+        while status is None:
+            got, st = os.waitpid(pid, os.WNOHANG)
+            if got == pid:
+                status = st
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+                status = os.waitpid(pid, 0)[1]
+                break
+            time.sleep(0.002)
+        rc = os.waitstatus_to_exitcode(status)
+        _kill_others()
+        files = {}
+        for name in job.get("want") or ():
+            raw = _read(os.path.join(folder, name), MAX_FILE)
+            files[name] = base64.b64encode(raw).decode() if raw is not None and len(raw) <= MAX_FILE else None
+        answer = {
+            "rc": rc,
+            "stdout": _text(os.path.join(folder, "stdout")),
+            "stderr": _text(os.path.join(folder, "stderr")),
+            "timed_out": timed_out,
+            "yosys_done": os.path.exists(os.path.join(folder, "yosys.done")),
+            "seconds": time.monotonic() - start,
+            "files": files,
+        }
+        _clear(root)
+        proto_out.write(json.dumps(answer).encode() + b"\n")
+        proto_out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(serve(sys.argv[1] if len(sys.argv) > 1 else "/nonexistent"))

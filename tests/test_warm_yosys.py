@@ -1,0 +1,109 @@
+"""The warm Yosys server of the equivalence stage (issue 16): libyosys loaded once, a forked child per proof, in a
+sandbox of its own. Each job's guarantees are the one-shot command's: its own time limit, the memory limit, nothing
+it started outlives it, no write outside the server's folder, and a server a job breaks is replaced, never trusted.
+Real bubblewrap, real libyosys; the jobs' "ABC" is a shell where a test needs a hostile program after Yosys."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from rtlreward.sandbox.local import LocalExecutor
+from rtlreward_equivalence import _pyosys_dir, warm
+
+NOOP = "design -reset\n"  # a Yosys script that succeeds, so the job's program runs after it
+
+
+@pytest.fixture()
+def pool():
+    ex = LocalExecutor()
+    if not ex.can_spawn or not _pyosys_dir():
+        pytest.skip("needs bubblewrap and the pyosys wheel")
+    p = warm.WarmYosys(ex, 1024, _pyosys_dir())
+    yield p
+    p.close()
+
+
+def job(pool, program: str, *, seconds: float = 10.0, abc_seconds: float = 10.0, want=()):
+    return pool.prove({"t.ys": NOOP}, "t.ys", seconds, ["/bin/sh", "-c", program], abc_seconds, want)
+
+
+def test_a_real_proof_job_runs_yosys_then_abc(pool):
+    miter = "read_verilog -sv a.v\nhierarchy -top a\nproc\nflatten\naigmap\nwrite_aiger -zinit -map eq.aim eq.aig\n"
+    design = "module a(input x, output trigger); assign trigger = x & ~x; endmodule\n"
+    exe = os.path.join(_pyosys_dir(), "pyosys", "yosys-abc")
+    got = pool.prove(
+        {"eq.ys": miter, "a.v": design},
+        "eq.ys",
+        10.0,
+        [exe, "-c", "read_aiger eq.aig; strash; pdr -T 5; write_cex -n pdr.cex"],
+        10.0,
+        ("eq.aig", "eq.aim"),
+    )
+    assert got is not None and got["yosys_done"] and got["rc"] == 0, got
+    assert "pdr -T 5" in got["stdout"] and "Property" in got["stdout"], got["stdout"]  # ABC ran, in the job
+    assert got["files"]["eq.aig"] and got["files"]["eq.aim"] is not None
+
+
+def test_nothing_a_job_started_outlives_it(pool):
+    first = job(pool, "(sleep 30 &) ; (setsid sleep 31 &) ; echo started")
+    assert first is not None and "started" in first["stdout"]
+    # The next job on the same server lists the processes of the sandbox: bwrap's init, the server, this job.
+    second = job(pool, "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done")
+    assert second is not None
+    assert "sleep" not in second["stdout"], second["stdout"]
+
+
+def test_a_job_past_its_limit_is_killed_and_the_server_serves_the_next(pool):
+    slow = job(pool, "sleep 60", seconds=1.0, abc_seconds=1.0)
+    assert slow is not None and slow["timed_out"] and slow["duration"] < 10, slow
+    after = job(pool, "echo alive")
+    assert after is not None and "alive" in after["stdout"]
+
+
+def test_yosys_past_its_own_limit_is_cut_by_its_alarm(pool):
+    body = "".join(f"  assign w[{i}] = w[{i - 1}] ^ x;\n" for i in range(1, 40000))
+    big = f"module big(input x, output y);\n  wire [39999:0] w;\n  assign w[0] = x;\n{body}  assign y = w[39999];\nendmodule\n"
+    script = "read_verilog -sv big.v\nhierarchy -top big\nproc\nflatten\nopt\nopt\nopt\n"
+    got = pool.prove({"t.ys": script, "big.v": big}, "t.ys", 1.0, ["/bin/echo", "abc ran"], 5.0, ())
+    assert got is not None and not got["yosys_done"] and "abc ran" not in got["stdout"], got
+    assert got["rc"] == -14 and got["duration"] < 8, got  # SIGALRM
+
+
+def test_a_job_cannot_write_outside_the_servers_folder(pool, tmp_path):
+    target = Path("/tmp") / f"rtlreward-warm-escape-{uuid.uuid4().hex}"
+    home = tmp_path / "planted"
+    got = job(pool, f"touch {target} 2>&1; touch {home} 2>&1; touch /etc/planted 2>&1; echo done")
+    assert got is not None and "done" in got["stdout"]
+    assert not target.exists() and not home.exists() and not Path("/etc/planted").exists()
+
+
+def test_memory_limit_holds_per_job(pool):
+    got = job(pool, "python3 -c 'x = bytearray(3 << 30)' 2>&1; echo rc=$?")
+    assert got is not None and "rc=0" not in got["stdout"], got["stdout"]
+    assert "MemoryError" in got["stdout"] or "rc=1" in got["stdout"]
+
+
+def test_a_job_that_kills_its_server_gets_no_answer_and_a_fresh_server_follows(pool):
+    assert job(pool, "kill -9 $PPID; sleep 1") is None  # the caller then runs its one-shot command
+    again = job(pool, "echo fresh")
+    assert again is not None and "fresh" in again["stdout"]
+
+
+def test_the_server_refuses_to_run_outside_a_sandbox(tmp_path):
+    """`kill(-1)` after each job is only safe in a PID namespace of its own: run bare, the server exits."""
+    import subprocess
+    import sys
+
+    server = Path(warm.SERVER)
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", str(server), _pyosys_dir() or "/nonexistent"],
+        input=b"",
+        capture_output=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and b"refusing" in proc.stderr, proc
