@@ -95,3 +95,59 @@ def test_through_verls_naive_reward_manager(row):
         1.0,
         0.0,
     ]
+
+
+def test_corpus_split_as_verl_train_and_val_files(tmp_path):
+    """Issue 18: a corpus's train split and held-out split as verl's train/val Parquet (evaluated every
+    trainer.test_freq steps); a val row is scored through verl's own naive reward manager."""
+    pytest.importorskip("verl.workers.reward_manager.naive", exc_type=ImportError)
+    pa = pytest.importorskip("pyarrow.parquet")
+    import numpy as np
+    import torch
+    from corpus_gen import problems, write
+    from verl import DataProto
+    from verl.workers.reward_manager.naive import NaiveRewardManager
+
+    from rtlreward_verl import compute_score, write_split
+
+    corpus = str(write(tmp_path / "corpus.jsonl", problems(12, seed=4)))
+    train = load_tasks(corpus, split="train", ratios="train=0.5,test=0.5")
+    held_out = load_tasks(corpus, split="test", ratios="train=0.5,test=0.5")
+    over = write_split(train, held_out, tmp_path / "verl", profile="equiv", eval_every=5)
+    assert over["trainer.test_freq"] == 5
+    val = pa.read_table(over["data.val_files"]).to_pylist()
+    assert [json.loads(r["reward_model"]["ground_truth"])["id"] for r in val] == [t.id for t in held_out]
+    assert {r["extra_info"]["split"] for r in val} == {"val"}
+    assert len(pa.read_table(over["data.train_files"]).to_pylist()) == len(train)
+    with pytest.raises(ValueError, match="no tasks"):
+        write_split(train, [], tmp_path / "empty")
+
+    class ByteTok:
+        def decode(self, ids, skip_special_tokens=True):
+            return bytes(int(i) for i in ids if int(i) > 0).decode()
+
+    row = val[0]
+    task = held_out[0]
+    replies = [f"```verilog\n{task.reference[task.expected_files[0]]}```", "no code"]
+    prompt = [ord("p")]
+    width = max(len(r.encode()) for r in replies)
+    responses = torch.zeros((2, width), dtype=torch.long)
+    mask = torch.zeros((2, 1 + width), dtype=torch.long)
+    for i, r in enumerate(replies):
+        b = list(r.encode())
+        responses[i, : len(b)] = torch.tensor(b)
+        mask[i, : 1 + len(b)] = 1
+    data = DataProto.from_dict(
+        tensors={"prompts": torch.tensor([prompt, prompt]), "responses": responses, "attention_mask": mask},
+        non_tensors={
+            "reward_model": np.array([row["reward_model"]] * 2, dtype=object),
+            "data_source": np.array([row["data_source"]] * 2, dtype=object),
+            "extra_info": np.array([dict(row["extra_info"]), dict(row["extra_info"])], dtype=object),
+        },
+    )
+    out = NaiveRewardManager(tokenizer=ByteTok(), num_examine=0, compute_score=compute_score)(
+        data, return_dict=True
+    )
+    assert out["reward_tensor"].sum(dim=-1).tolist() == pytest.approx(
+        [1.0, 0.0]
+    )  # equiv: the reference, nothing

@@ -61,6 +61,41 @@ def make_rows(tasks: Iterable[Any], data_source: str = "rtlreward", profile: str
     return rows
 
 
+def write_split(
+    train: Iterable[Any],
+    held_out: Iterable[Any],
+    folder: str | os.PathLike,
+    *,
+    profile: str | None = None,
+    eval_every: int = 20,
+    data_source: str = "rtlreward",
+) -> dict[str, Any]:
+    """`train.parquet` and `val.parquet` (make_rows, each row's `extra_info.split` set) in `folder`, for training
+    on one split and evaluating the held-out one: returns verl's overrides, `data.train_files`, `data.val_files`
+    and `trainer.test_freq` (= eval_every steps). Needs pyarrow."""
+    from pathlib import Path
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name, tasks in (("train", train), ("val", held_out)):
+        rows = make_rows(tasks, data_source=data_source, profile=profile)
+        if not rows:
+            raise ValueError(f"the {name} split has no tasks")
+        for r in rows:
+            r["extra_info"]["split"] = name
+        paths[name] = out / f"{name}.parquet"
+        pq.write_table(pa.Table.from_pylist(rows), paths[name])
+    return {
+        "data.train_files": str(paths["train"]),
+        "data.val_files": str(paths["val"]),
+        "trainer.test_freq": int(eval_every),
+    }
+
+
 def _task(ground_truth: Any):
     from rtlreward.model import Task
 
