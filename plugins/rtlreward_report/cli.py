@@ -41,14 +41,27 @@ def write_report(
     title: str | None = None,
     max_samples: int = 200,
     plots: bool = True,
+    audits: list[Path] | None = None,
 ) -> Path | None:
     """Read the runs, build the report, write it; returns where it went (None: standard output). Raises
-    ValueError with a message for the user."""
+    ValueError with a message for the user. Audit reports (`rtlreward audit --json`) given as the runs make a
+    page of their own; given as `audits`, a section of the run's report."""
+    from rtlreward_report import audit_section
     from rtlreward_report.analysis import build_report
     from rtlreward_report.runs import load_run, task_map
 
     if fmt not in ("html", "md"):
         raise ValueError(f"--format {fmt!r}: use html or md")
+    audit_docs = audit_section.load_audits(list(audits or []))
+    if runs and all(audit_section.is_audit_file(p) for p in runs):
+        audit_docs = audit_section.load_audits(runs) + audit_docs
+        page_title = title or "rtlreward audit"
+        text = (
+            audit_section.render_audit_page(audit_docs, page_title)
+            if fmt == "html"
+            else f"# {page_title}\n\n" + audit_section.render_audit_markdown(audit_docs)
+        )
+        return _write(text, runs, out, fmt)
     if not 1 <= len(runs) <= 2:
         raise ValueError("give one run, or two to compare (RUN RUN2)")
     completions = list(completions or [])
@@ -75,12 +88,24 @@ def write_report(
         from rtlreward_report.html import render_html
 
         text = render_html(report, plots=plots)
+    if audit_docs:
+        text = (
+            audit_section.add_to_page(text, audit_docs)
+            if fmt == "html"
+            else text + "\n" + audit_section.render_audit_markdown(audit_docs)
+        )
+    return _write(text, runs, out, fmt)
+
+
+def _write(text: str, runs: list[Path], out: Path | None, fmt: str) -> Path | None:
     if out is not None and str(out) == "-":
         typer.echo(text, nl=False)
         return None
     if out is None:
         first = runs[0] if not runs[0].is_dir() else runs[0] / "metrics.jsonl"
-        stem = first.name[: -len(".jsonl")] if first.name.endswith(".jsonl") else first.name
+        stem = first.name
+        for suffix in (".jsonl", ".json"):
+            stem = stem[: -len(suffix)] if stem.endswith(suffix) else stem
         out = first.with_name(f"{stem}.report.{fmt}")
     if out.is_dir():
         raise ValueError(f"--out {out} is a folder: give a file name, e.g. {out / ('report.' + fmt)}")
@@ -133,6 +158,14 @@ def add_command(app: typer.Typer) -> None:
             int,
             typer.Option("--max-samples", help="Failing samples given a section each (examples always are)."),
         ] = 200,
+        audits: Annotated[
+            list[Path] | None,
+            typer.Option(
+                "--audit",
+                help="An `rtlreward audit --json` report to add as a section (repeat: one per profile). An audit "
+                "report given as RUN makes a page of audits alone.",
+            ),
+        ] = None,
     ) -> None:
         """Write a report of one evaluation or training run, or compare two: pass@k, stage funnel, rewards,
         categories, top failure causes, interfaces of failing tasks, training curves."""
@@ -149,6 +182,7 @@ def add_command(app: typer.Typer) -> None:
                 completions=completions,
                 title=title,
                 max_samples=max_samples,
+                audits=audits,
             )
         except (ValueError, PluginError) as exc:
             raise fail(str(exc)) from None
