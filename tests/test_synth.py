@@ -299,3 +299,27 @@ def test_docker_gives_the_same_figures(synth_engine):
         assert "latch" in _codes(engine.score(task, Candidate(files={"top.v": mutant})).stages["synth"])
     finally:
         ex.close()
+
+
+# -- task health ----------------------------------------------------------------------------------------------------
+
+
+def test_tasks_check_records_figures_and_flags_unclean_references(tmp_path):
+    import attrs
+
+    from rtlreward_health.check import CheckSettings, check_tasks
+
+    counter = next(t for t in load_tasks("examples") if t.id == "counter")
+    ((path, text),) = counter.reference.items()
+    # the same reference with a delay on its register: it still passes its harness, but synthesis ignores delays
+    delayed = attrs.evolve(
+        counter, id="counter_delayed", reference={path: text.replace("q <= d;", "q <= #1 d;")}
+    )
+    _, entries = check_tasks(
+        [counter, delayed], CheckSettings(seeds=1, mutants=0, stubs=False), use_cache=False
+    )
+    clean, dirty = entries
+    assert clean["synthesis"] == "clean", clean
+    assert clean["synthesis_figures"]["flip_flops"] == 8 and clean["synthesis_figures"]["area"] > 0
+    assert dirty["synthesis"] == "not clean", dirty
+    assert any("delay" in p and "counter.sv:13" in p for p in dirty["synthesis_problems"]), dirty

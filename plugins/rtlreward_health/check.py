@@ -16,6 +16,11 @@ For each task with a reference and a harness:
    under `shaped` and, with a reference, `equiv`: a stub that earns credit from `tests` or `equivalence` (more than
    format, syntax and interface) is reported (`stub_credit`), since a policy learns a stub first.
 
+6. the reference through the `synth` stage (where the rtlreward_synth plugin is installed): `synthesis` = `clean`
+   | `not clean` (a benchmark bug: a latch, a loop, multiple drivers, an undriven output, a delay, display-only
+   logic, a netlist that differs from its simulation, named in `synthesis_problems`) | `error`, and its figures
+   (`synthesis_figures`: cells, flip-flops, area, depth), which the `ppa` stage pays answers against.
+
 Every verdict is stored with the tool versions it was measured under; the whole report is cached by task content,
 toolchain and settings, so a second `tasks check` of the same dataset costs nothing.
 """
@@ -46,6 +51,17 @@ EQUIV_PROFILE = {
     "stages": ["format", "equivalence"],
     "verdict": "equivalence",
     "weights": {"equivalence": 1.0},
+}
+# The reference through the `synth` stage (plugin rtlreward_synth, where installed): its figures, and whether it
+# synthesises cleanly (no latch, loop, multiple driver, undriven output, delay, display-only logic, netlist that
+# differs from its simulation). The stage caches the reference's figures per reference and toolchain; the `ppa`
+# stage pays answers against them.
+SYNTH_PROFILE = {
+    "name": "health-synth",
+    "combiner": "weighted",
+    "stages": ["format", "synth"],
+    "verdict": "synth",
+    "weights": {"synth": 1.0},
 }
 STUB_PROFILES = ("shaped", "equiv")
 CORRECTNESS_STAGES = ("tests", "equivalence")  # the stages a stub must earn nothing from
@@ -192,7 +208,12 @@ def check_tasks(
         if have_equiv
         else None
     )
-    tools = toolchain([e for e in (harness, equiv) if e is not None])
+    synth = (
+        Engine(SYNTH_PROFILE, executor=settings.executor, jobs=settings.jobs, registry=registry, calibrate=False)
+        if "synth" in harness.registry.stages()
+        else None
+    )
+    tools = toolchain([e for e in (harness, equiv, synth) if e is not None])
     cache = _Cache(cache_path if use_cache else None)
     settings_key = attrs.asdict(settings, filter=lambda a, _: a.name not in ("executor", "jobs"))
     keys = {
@@ -243,6 +264,12 @@ def check_tasks(
                 selves[t.id] = r
         # 5. Stubs under the profiles a trainer uses.
         stubs = _stub_rewards(passing, settings, registry, have_equiv) if settings.stubs else {}
+        # 6. The reference's synthesis: figures, and whether it synthesises cleanly.
+        synths: dict[str, dict[str, Any]] = {}
+        if synth is not None and todo:
+            synth_items = [(t, Candidate(files=dict(t.reference or {}), sample=0)) for t in todo]
+            for (t, _), r in zip(synth_items, synth.score_batch(synth_items), strict=True):
+                synths[t.id] = _synth_entry(r)
         for t in todo:
             entries[t.id] = _entry(
                 t, runs[t.id], muts.get(t.id, []), mut_items, verdicts, by_index, settings, have_equiv
@@ -251,6 +278,8 @@ def check_tasks(
                 entries[t.id].update(_self_entry(selves[t.id]))
             if t.id in stubs:
                 entries[t.id].update(stubs[t.id])
+            if t.id in synths:
+                entries[t.id].update(synths[t.id])
             entries[t.id]["tools"] = tools
             cache.put(keys[t.id], entries[t.id])
     finally:
@@ -258,7 +287,28 @@ def check_tasks(
         harness.close()
         if equiv is not None:
             equiv.close()
+        if synth is not None:
+            synth.close()
     return tools, [entries[t.id] for t in tasks]
+
+
+def _synth_entry(reward: Reward) -> dict[str, Any]:
+    """`synthesis`: `clean` (the reference passes the `synth` stage), `not clean` (it does not: a benchmark bug,
+    each problem named in `synthesis_problems`) or `error` (the stage could not run); `synthesis_figures`: cells,
+    flip-flops, area, logic depth."""
+    r = reward.stages.get("synth")
+    if r is None:
+        return {}
+    if r.status.value in ("error", "timeout", "skipped"):
+        cause = next((d.message for d in r.diagnostics), r.status.value)
+        return {"synthesis": "error", "synthesis_problems": [cause]}
+    figures = {k: r.metrics[k] for k in ("cells", "flip_flops", "area", "depth") if k in r.metrics}
+    problems = [d.message for d in r.diagnostics if d.severity == "error"]
+    return {
+        "synthesis": "clean" if r.status.value == "passed" else "not clean",
+        "synthesis_problems": problems,
+        "synthesis_figures": figures,
+    }
 
 
 def _self_entry(reward: Reward) -> dict[str, Any]:

@@ -80,7 +80,7 @@ YOSYS_RUNNER = (
 )
 
 _ATTR_RE = re.compile(r"\(\*(?!\s*\))(.*?)\*\)", re.S)
-_ERROR_RE = re.compile(r"^(.*?)ERROR: (.*)$", re.M)
+_ERROR_RE = re.compile(r"(?:([\w./+-]+:\d+(?:\.\d+(?:-\d+\.\d+)?)?):\s*)?ERROR:\s*(.*)$", re.M)
 
 
 @functools.cache

@@ -24,7 +24,7 @@ import attrs
 
 IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+/-]*$")
-SCRIPT_VERSION = "1"  # bump when the script or the figures' meaning changes (cached reference figures)
+SCRIPT_VERSION = "2"  # bump when the script or the figures' meaning changes (cached reference figures)
 
 # Transistors per cell after `dfflegalize`: Yosys's own CMOS table (`stat -tech cmos`, kernel/cost.h) for gates and
 # the plain flip-flop; our estimates for the flip-flop variants Yosys leaves unpriced (an asynchronous reset adds a
@@ -282,16 +282,25 @@ def check_findings(text: str, elab: Elaborated) -> list[Finding]:
             )
         )
     for m in _MULTI.finditer(text):
-        name = m.group(1)
-        out.append(Finding("multiple-drivers", f"{name} has more than one driver", srcs.get(name, "")))
+        name, where = _public(m.group(1), srcs)
+        out.append(Finding("multiple-drivers", f"{name} has more than one driver", where))
     for m in _UNDRIVEN.finditer(text):
-        name = m.group(1)
+        name, where = _public(m.group(1), srcs)
         direction = elab.ports.get(name, ("", 0))[0]
         what = (
             f"output {name} is never driven" if direction == "output" else f"{name} is used but never driven"
         )
-        out.append(Finding("undriven", what, srcs.get(name, "")))
+        out.append(Finding("undriven", what, where))
     return out
+
+
+def _public(name: str, srcs: Mapping[str, str]) -> tuple[str, str]:
+    """A signal's name as the design spells it, and where it is declared; Yosys's own names (`$not$a.v:13$2_Y`)
+    become "an internal signal" at the place they name."""
+    if not name.startswith("$"):
+        return name, srcs.get(name, "")
+    m = re.search(r"\$([^$]+?):(\d+)\$", name)
+    return "an internal signal", f"{m.group(1)}:{m.group(2)}" if m else ""
 
 
 def display_only(before: str, kept: str, elab: Elaborated) -> list[Finding]:
@@ -315,30 +324,34 @@ def display_only(before: str, kept: str, elab: Elaborated) -> list[Finding]:
     return out
 
 
+# `#5`, `#1.5ns`, `#(PERIOD / 2)`, `#DELAY`; not `##` (a sequence delay in an assertion)
 _DELAY_RE = re.compile(
-    r"(?<![\w$'])#\s*(?:\d[\d_]*(?:\.\d+)?|\(\s*\d[\d_]*(?:\.\d+)?\s*\))(?:\s*[munpf]?s\b)?"
+    r"(?<![\w$'#])#(?!#)\s*(\d[\d_]*(?:\.\d+)?(?:\s*[munpf]?s\b)?|\((?:[^()]|\([^()]*\))*\)|[A-Za-z_]\w*)"
 )
+_HEADER_BEFORE = re.compile(r"\b(?:module|macromodule|interface|program|class|package)\s+[A-Za-z_]\w*\s*$")
+_INSTANCE_AFTER = re.compile(r"^[A-Za-z_]\w*\s*(?:\[[^\]]*\]\s*)?\(")
 
 
 def delays(files: Mapping[str, str]) -> list[Finding]:
-    """Delays (`#5`, `#(2)`) in the answer's text: synthesis ignores them, so the hardware does not wait."""
+    """Delays (`#5`, `#(PERIOD / 2)`, `#DELAY`) in the answer's text: synthesis ignores them, so the hardware does
+    not wait. Parameter lists (`module m #(parameter W = 8)`, `sub #(8) u (...)`, `sub #(.W(8)) u (...)`) are not
+    delays."""
     from rtlreward_hdl.files import strip_comments
 
     out = []
     for path, text in sorted(files.items()):
         clean = strip_comments(text, keep_strings=False)
         for m in _DELAY_RE.finditer(clean):
-            # `#(4)` right after a module name is a parameter list, not a delay: `name #(4) inst (...)`
+            arg = m.group(1)
             before = clean[: m.start()].rstrip()
             after = clean[m.end() :].lstrip()
-            if (
-                m.group(0).lstrip("#").strip().startswith("(")
-                and re.match(r"[A-Za-z_]\w*\s*\(", after)
-                and re.search(r"[A-Za-z_]\w*$", before)
-            ):
+            inner = arg[1:].lstrip() if arg.startswith("(") else ""
+            if inner.startswith((".", "parameter", "localparam", "type")) or _HEADER_BEFORE.search(before):
+                continue
+            if re.search(r"[A-Za-z_]\w*$", before) and _INSTANCE_AFTER.match(after):
                 continue
             line = clean.count("\n", 0, m.start()) + 1
-            out.append(Finding("delay", f"a delay {m.group(0).strip()}", f"{path}:{line}"))
+            out.append(Finding("delay", f"a delay #{' '.join(arg.split())}", f"{path}:{line}"))
     return out
 
 
