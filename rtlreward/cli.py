@@ -22,6 +22,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from rtlreward.completion import complete_dataset, complete_profile
+
 app = typer.Typer(
     name="rtlreward",
     help="Rewards for LLM-written Verilog: format, safety, interface, lint, compile and functional tests.",
@@ -230,7 +232,11 @@ def print_feedback(reward: Any, out: Console) -> None:
 @app.command()
 def score(
     task_dir: Annotated[
-        Path, typer.Argument(help="A task folder (task.toml), or a dataset source a plugin detects.")
+        Path,
+        typer.Argument(
+            help="A task folder (task.toml), or a dataset source a plugin detects.",
+            autocompletion=complete_dataset,
+        ),
     ],
     completion: Annotated[
         Path | None, typer.Option("--completion", "-c", help="File with the model's reply ('-' = stdin).")
@@ -241,7 +247,10 @@ def score(
     profile: Annotated[
         str | None,
         typer.Option(
-            "--profile", "-p", help="Preset name or profile TOML file (default: shaped, or the config's)."
+            "--profile",
+            "-p",
+            help="Preset name or profile TOML file (default: shaped, or the config's).",
+            autocompletion=complete_profile,
         ),
     ] = None,
     as_json: Annotated[

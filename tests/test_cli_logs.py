@@ -4,6 +4,7 @@ agree with the docs. Real commands in subprocesses (stderr a pipe, as in a log).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -47,3 +48,42 @@ def test_help_shows_every_option_whole_on_80_columns(tmp_path):
     assert "--dataset" in serve
     check = cli("tasks", "check", "-h", tmp=tmp_path).stdout
     assert "median" in check and "slowest" not in check  # what the code does and the docs say
+
+
+def _complete(words: str, tmp: Path) -> list[str]:
+    """What Tab offers for the last word of `words` (bash's protocol, through the real command)."""
+    env = {**os.environ, "_RTLREWARD_COMPLETE": "complete_bash", "COMP_WORDS": words}
+    env["COMP_CWORD"] = str(len(words.split()) - (0 if words.endswith(" ") else 1))
+    res = subprocess.run(
+        [sys.executable, "-m", "rtlreward"], capture_output=True, text=True, env=env, timeout=120, cwd=tmp
+    )
+    assert res.returncode == 0, res.stderr
+    return res.stdout.split()
+
+
+def test_tab_completes_profiles_and_datasets(tmp_path):
+    (tmp_path / "mine.toml").write_text('extends = "seed"\nname = "mine"\n')
+    assert {"seed", "shaped", "strict"} <= set(_complete("rtlreward eval verilog-eval -p s", tmp_path))
+    assert "mine.toml" in _complete("rtlreward score examples -p mi", tmp_path)
+    assert "verilog-eval" in _complete("rtlreward eval veri", tmp_path)
+    assert "rtllm" in _complete("rtlreward score rt", tmp_path)
+
+
+def test_default_results_file_is_named_after_the_profile_a_file_declares(tmp_path):
+    profile = tmp_path / "my-experiment.toml"
+    profile.write_text('extends = "seed"\nname = "seed-nolint"\n')
+    completions = tmp_path / "c.jsonl"
+    reply = (ROOT / "examples" / "fixed_priority_arbiter" / "completions" / "correct.txt").read_text()
+    completions.write_text(json.dumps({"id": "fixed_priority_arbiter", "completion": reply}) + "\n")
+    res = cli(
+        "eval",
+        str(ROOT / "examples" / "fixed_priority_arbiter"),
+        "-c",
+        str(completions),
+        "-p",
+        str(profile),
+        tmp=tmp_path,
+    )
+    assert res.returncode == 0, res.stderr
+    made = sorted(p.name for p in (tmp_path / "results").iterdir())
+    assert made == ["c.fixed_priority_arbiter.seed-nolint.jsonl"], made

@@ -56,6 +56,7 @@ def default_out_path(
     out_dir: str | Path | None = None,
 ) -> Path:
     """Where results go when `--out` is not given: `<out_dir>/<completions stem>.<dataset>.<profile>.jsonl`
+    (a profile file by the `name` it declares)
     (`reference` / `empty` for the stem with --reference / --empty), so rerunning the same command resumes and
     another dataset or profile never lands in the same file. `out_dir`: `results` in the working folder unless
     the project config (`output_dir`) or `--out-dir` says otherwise."""
@@ -65,7 +66,24 @@ def default_out_path(
     else:
         stem = "reference" if reference else "empty"
     folder = Path(out_dir) if out_dir is not None else Path("results")
-    return folder / f"{stem}.{_label(dataset)}.{_label(profile)}.jsonl"
+    return folder / f"{stem}.{_label(dataset)}.{_label(_profile_name(profile))}.jsonl"
+
+
+def _profile_name(profile: str | Path | None) -> str | Path | None:
+    """A profile file by the name it declares (`name = ...`, what the rows record as their profile), so the
+    default results file says which profile it holds; the file's stem when it declares none."""
+    if profile is None:
+        return None
+    path = Path(str(profile))
+    if path.suffix != ".toml" or not path.is_file():
+        return profile
+    import tomllib
+
+    try:
+        name = tomllib.loads(path.read_text(encoding="utf-8")).get("name")
+    except (OSError, ValueError):
+        return profile
+    return name.strip() if isinstance(name, str) and name.strip() else profile
 
 
 def check_completions_file(path: str | Path) -> None:
@@ -343,11 +361,14 @@ def register_eval_command(app: Any, name: str = "eval") -> None:
     """Add the dataset-agnostic `rtlreward eval DATASET --completions FILE` command to a typer app."""
     import typer
 
+    from rtlreward.completion import complete_dataset, complete_profile
+
     @app.command(name)
     def eval_command(
         dataset: str = typer.Argument(
             ...,
             help="A registered dataset name (cvdp, verilog-eval, ...) or a path a dataset plugin recognises.",
+            autocompletion=complete_dataset,
         ),
         completions: Path = typer.Option(
             None,
@@ -361,6 +382,7 @@ def register_eval_command(app: Any, name: str = "eval") -> None:
             "--profile",
             "-p",
             help="Reward profile name or TOML file (default: shaped, or the config's).",
+            autocompletion=complete_profile,
         ),
         executor: str = typer.Option(
             None, "--executor", "-x", help="local | docker | ray (default: local, or the config's)."
