@@ -87,3 +87,24 @@ def test_default_results_file_is_named_after_the_profile_a_file_declares(tmp_pat
     assert res.returncode == 0, res.stderr
     made = sorted(p.name for p in (tmp_path / "results").iterdir())
     assert made == ["c.fixed_priority_arbiter.seed-nolint.jsonl"], made
+
+
+def test_what_a_plugin_author_and_a_verl_user_call_is_documented():
+    """The Diagnostic fields a stage fills and compute_score_batch's parameters, read from the code, each named
+    on its page: a field or keyword added later fails here until the page says what it is."""
+    import inspect
+
+    import attrs
+
+    from rtlreward.model import Diagnostic
+
+    plugin_page = (ROOT / "docs" / "writing-a-plugin.md").read_text()
+    section = plugin_page.split("## Diagnostics a stage reports", 1)[1].split("\n## ", 1)[0]
+    for f in attrs.fields(Diagnostic):
+        assert f"| `{f.name}` |" in section, f"Diagnostic.{f.name} is not in writing-a-plugin.md"
+
+    import rtlreward_verl
+
+    verl_page = (ROOT / "docs" / "trainers" / "verl.md").read_text()
+    for name in inspect.signature(rtlreward_verl.compute_score_batch).parameters:
+        assert name in verl_page, f"compute_score_batch's {name} is not in docs/trainers/verl.md"
