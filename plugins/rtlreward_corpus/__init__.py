@@ -56,6 +56,13 @@ class CorpusDataset:
         p = Path(source)
         return p.is_file() and p.suffix in SUFFIXES and _sniff(p)
 
+    def messages(self, task: Task, style: str = "auto") -> list[dict[str, str]]:
+        """`benchmark` (= `auto`): the corpus's own prompt; `spec`: the interface spelled out for exact
+        compliance (rtlreward_corpus.styles)."""
+        from rtlreward_corpus.styles import messages
+
+        return messages(task, style)
+
     def load(self, source: str | Path | None = None, **filters: Any) -> list[Task]:
         if source is None:
             raise CorpusError("the corpus dataset needs a path: a JSONL or Parquet file (docs/corpora.md)")

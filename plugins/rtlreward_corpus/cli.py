@@ -418,3 +418,35 @@ def add_commands(app: typer.Typer) -> None:
             f"{len(ordered)} kept, easy to hard -> {out}",
             markup=False,
         )
+
+    @group.command("ab")
+    def ab(
+        run_a: Annotated[Path, typer.Argument(help="Results JSONL of run A (e.g. --style benchmark).")],
+        run_b: Annotated[Path, typer.Argument(help="Results JSONL of run B (e.g. --style spec).")],
+        as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
+        resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples.")] = 2000,
+        seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
+    ) -> None:
+        """B minus A in pass rate and mean reward over the tasks both runs scored, with a 95% paired-bootstrap
+        confidence interval: two prompt styles on one model, two checkpoints, two profiles."""
+        from rtlreward.cli import console, fail
+        from rtlreward_corpus.ab import compare_runs, per_task
+
+        try:
+            doc = compare_runs(per_task(run_a), per_task(run_b), resamples=max(100, resamples), seed=seed)
+        except (OSError, ValueError) as exc:
+            raise fail(str(exc)) from None
+        doc = {"a": str(run_a), "b": str(run_b), **doc}
+        if as_json:
+            typer.echo(json.dumps(doc, indent=2))
+            return
+        con = console()
+        con.print(f"{doc['tasks']} tasks in both runs (A: {run_a.name}, B: {run_b.name})", markup=False)
+        for name in ("pass_rate", "reward"):
+            d = doc[name]
+            lo, hi = d["ci95"]
+            con.print(
+                f"{name}: A {d['a']:.3f}, B {d['b']:.3f}, B-A {d['diff']:+.3f} (95% CI {lo:+.3f} .. {hi:+.3f})"
+                + (" significant" if d["significant"] else ""),
+                markup=False,
+            )
