@@ -268,6 +268,54 @@ def test_rtllm_references_synthesise(synth_engine):
         assert r.metrics["cells"] > 0
 
 
+TINY_LIBERTY = """library(tiny) {
+  cell(BUF) {
+    area: 6;
+    pin(A) { direction: input; }
+    pin(Y) { direction: output; function: "A"; }
+  }
+  cell(NOT) {
+    area: 3;
+    pin(A) { direction: input; }
+    pin(Y) { direction: output; function: "A'"; }
+  }
+  cell(NAND) {
+    area: 4;
+    pin(A) { direction: input; }
+    pin(B) { direction: input; }
+    pin(Y) { direction: output; function: "(A*B)'"; }
+  }
+  cell(NOR) {
+    area: 4;
+    pin(A) { direction: input; }
+    pin(B) { direction: input; }
+    pin(Y) { direction: output; function: "(A+B)'"; }
+  }
+  cell(DFF) {
+    area: 18;
+    ff(IQ, IQN) { clocked_on: C; next_state: D; }
+    pin(C) { direction: input; clock: true; }
+    pin(D) { direction: input; }
+    pin(Q) { direction: output; function: "IQ"; }
+  }
+}
+"""
+
+
+def test_liberty_area(tmp_path):
+    lib = tmp_path / "tiny.lib"
+    lib.write_text(TINY_LIBERTY)
+    profile = {**SYNTH_ONLY, "name": "synth-liberty", "stage": {"synth": {"options": {"liberty": str(lib)}}}}
+    engine = Engine(profile=profile, cache=False)
+    ref = _score(engine, _task(ADDER), ADDER).stages["synth"]
+    big = _score(engine, _task(ADDER), ADDER_TWICE).stages["synth"]
+    assert ref.passed and big.passed, (ref.feedback, big.feedback)
+    assert ref.metrics["area_unit"] == "liberty"
+    # 9 DFFs of area 18 at least, and the reference's own figure beside it
+    assert ref.metrics["area"] >= 9 * 18 and ref.metrics["reference_area"] == ref.metrics["area"]
+    assert big.metrics["area"] > ref.metrics["area"]
+
+
 # -- iCE40 and Docker -------------------------------------------------------------------------------------------
 
 
@@ -297,6 +345,14 @@ def test_docker_gives_the_same_figures(synth_engine):
             assert docker.metrics[k] == local.metrics[k]
         mutant = MUX_REF.replace("      default: y = c;\n", "      2'd2: y = c;\n")
         assert "latch" in _codes(engine.score(task, Candidate(files={"top.v": mutant})).stages["synth"])
+        # the sim image carries no nextpnr-ice40: the iCE40 figures say so, the answer still passes
+        ice = {**SYNTH_ONLY, "name": "synth-ice40-docker", "stage": {"synth": {"options": {"ice40": True}}}}
+        with Engine(profile=ice, executor=ex, cache=False) as eng:
+            r = eng.score(task, Candidate(files={"top.v": MUX_REF})).stages["synth"]
+        assert r.passed, r.feedback
+        if "ice40_fmax_mhz" not in r.metrics and "ice40_max_delay_ns" not in r.metrics:
+            assert "not available in this executor" in r.metrics["ice40_error"]
+            assert any(d.code == "ice40" and d.severity == "warning" for d in r.diagnostics)
     finally:
         ex.close()
 

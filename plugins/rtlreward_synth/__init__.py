@@ -460,7 +460,12 @@ class SynthStage(Stage):
         self, ctx: StageContext, files: Mapping[str, str], top: str, opts: Mapping[str, Any]
     ) -> dict[str, Any]:
         """The reference's figures and facts ({"ok", "figures", "latches", "inits", "problems"}), cached."""
-        key_opts = {k: opts.get(k) for k in ("liberty", "ice40", "ice40_device", "ice40_package")}
+        key_opts: dict[str, Any] = {k: opts.get(k) for k in ("ice40", "ice40_device", "ice40_package", "simulate")}
+        if opts.get("liberty"):  # the library's content, not its path
+            try:
+                key_opts["liberty"] = hashlib.sha256(Path(str(opts["liberty"])).expanduser().read_bytes()).hexdigest()
+            except OSError:
+                key_opts["liberty"] = str(opts["liberty"])
         key = hashlib.sha256(
             json.dumps(
                 [flow.SCRIPT_VERSION, sorted(files.items()), top, key_opts, self.tool_versions()], default=str
