@@ -159,6 +159,7 @@ FIXTURES = {
     "before.results.jsonl": "results-before",
     "after.results.jsonl": "results-after",
     "runs/rl": "training-run",
+    "corpus.jsonl": "corpus",
 }
 
 
@@ -293,7 +294,15 @@ def fixture_texts() -> dict[str, str]:
         "results-before": _results(False),
         "results-after": _results(True),
         "training-run": _training_run(),
+        "corpus": _corpus_fixture(),
     }
+
+
+def _corpus_fixture() -> str:
+    """A small reference-carrying corpus (tests/corpus_gen.py) for docs/corpora.md."""
+    from corpus_gen import problems
+
+    return "".join(json.dumps(r) + "\n" for r in problems(12, seed=1))
 
 
 def write_fixtures(argv: list[str], box: Path, texts: dict[str, str]) -> None:
