@@ -107,3 +107,20 @@ def test_the_server_refuses_to_run_outside_a_sandbox(tmp_path):
         timeout=60,
     )
     assert proc.returncode == 2 and b"refusing" in proc.stderr, proc
+
+
+def test_a_job_whose_candidate_is_given_up_stops_at_once(pool):
+    """`executor.cancel(workspace)` kills a candidate's commands; its proof on a warm server stops too (the
+    server is killed with the job, and the next job gets a fresh one)."""
+    import threading
+    import time
+
+    flag = threading.Event()
+    threading.Timer(0.5, flag.set).start()
+    start = time.monotonic()
+    got = pool.prove(
+        {"t.ys": NOOP}, "t.ys", 10.0, ["/bin/sh", "-c", "sleep 30"], 30.0, (), cancelled=flag.is_set
+    )
+    assert got is None and time.monotonic() - start < 5
+    again = job(pool, "echo fresh")
+    assert again is not None and "fresh" in again["stdout"]

@@ -428,7 +428,9 @@ class EquivalenceStage(Stage):
         if any("/" in n for n in files):
             return None
         wanted = (formal.AIG, formal.MAP, "pdr.cex")
-        got = pool.prove(files, name, limit, abc, abc_limit, wanted)
+        probe = getattr(ctx.executor, "is_cancelled", None)
+        cancelled = (lambda: bool(probe(ctx.workspace))) if callable(probe) else None
+        got = pool.prove(files, name, limit, abc, abc_limit, wanted, cancelled)
         if got is None:
             return None
         for n in wanted:

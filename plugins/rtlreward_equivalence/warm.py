@@ -18,7 +18,7 @@ import os
 import selectors
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ IDLE_SECONDS = 120.0
 START_SECONDS = 30.0  # libyosys loaded and the ready line written, on a loaded machine
 RETRY_SECONDS = 60.0  # after a server fails to start, the one-shot path for this long before trying again
 ENV_SWITCH = "RTLREWARD_WARM_YOSYS"
+CANCEL_POLL = 0.2  # how often a waiting job looks whether its candidate was given up (`executor.cancel`)
 
 
 class _Server:
@@ -42,15 +43,17 @@ class _Server:
     def alive(self) -> bool:
         return self.spawned.proc.poll() is None
 
-    def read_line(self, deadline: float) -> bytes | None:
+    def read_line(self, deadline: float, cancelled: Callable[[], bool] | None = None) -> bytes | None:
         out = self.spawned.proc.stdout
         fd = out.fileno()
         with selectors.DefaultSelector() as sel:
             sel.register(fd, selectors.EVENT_READ)
             while b"\n" not in self.buf:
                 left = deadline - time.monotonic()
-                if left <= 0 or not sel.select(left):
+                if left <= 0 or (cancelled is not None and cancelled()):
                     return None
+                if not sel.select(min(left, CANCEL_POLL)):
+                    continue
                 chunk = os.read(fd, 1 << 20)
                 if not chunk:
                     return None
@@ -137,9 +140,11 @@ class WarmYosys:
         abc: Sequence[str] | None,
         abc_seconds: float,
         want: Sequence[str],
+        cancelled: Callable[[], bool] | None = None,
     ) -> dict[str, Any] | None:
-        """Run one job (see `yosys_server`); None when no server could take it or it did not answer in time (the
-        caller then runs its one-shot command). Files in the answer are bytes, or None when not written."""
+        """Run one job (see `yosys_server`); None when no server could take it, it did not answer in time, or
+        `cancelled()` turned true meanwhile (its server is then killed with the job; the caller runs its one-shot
+        command, which a cancelled executor refuses at once). Files in the answer are bytes, or None."""
         server = self._take()
         if server is None:
             return None
@@ -154,7 +159,7 @@ class WarmYosys:
         start = time.monotonic()
         line = None
         if server.send(job):
-            line = server.read_line(start + seconds + abc_seconds + 15.0)
+            line = server.read_line(start + seconds + abc_seconds + 15.0, cancelled)
         try:
             answer = json.loads(line) if line is not None else None
         except ValueError:

@@ -204,6 +204,11 @@ class LocalExecutor:
         with self._running_lock:
             return any(_under(workspace, c) for c in self._cancelled)
 
+    def is_cancelled(self, workspace: Path) -> bool:
+        """Whether `cancel` gave up on `workspace` (or a folder holding it): for work done outside `run` on its
+        behalf (a warm server's job), which must stop too."""
+        return self._is_cancelled(os.path.realpath(workspace))
+
     @property
     def supports_binds(self) -> bool:
         """Whether `run(..., binds=...)` can mount folders at fixed sandbox paths (needs bubblewrap)."""
