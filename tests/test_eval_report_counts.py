@@ -120,3 +120,78 @@ def test_a_begin_done_task_is_told_of_begin_done_not_fences(tmp_path):
     fmt = json.loads(res.stdout)["stages"]["format"]
     assert "[BEGIN] and [DONE]" in fmt["feedback"] and "```" not in fmt["feedback"]
     assert "[BEGIN] and [DONE]" in fmt["diagnostics"][0]["message"]
+
+
+# -- the comparison of two runs of different sizes with long file names -------------------------------------------
+LONG_A = "qwen2.5-coder-7b-instruct-grpo-step-0400.verilog-eval.shaped.jsonl"
+LONG_B = "qwen2.5-coder-7b-instruct-grpo-step-1200-with-longer-name.verilog-eval.shaped.jsonl"
+
+
+def _results_file(path: Path, n: int, passing: int) -> Path:
+    """n rows over 12 tasks, the first `passing` passing every stage, the rest failing at lint."""
+    rows = []
+    for i in range(n):
+        ok = i < passing
+        stages = {
+            "format": {"status": "passed", "score": 1.0, "seconds": 0.01},
+            "lint": {"status": "passed" if ok else "failed", "score": float(ok), "seconds": 0.2},
+            "tests": {"status": "passed" if ok else "skipped", "score": float(ok), "seconds": 0.5 * ok},
+        }
+        row = {"id": f"Prob{i % 12:03d}", "sample": i // 12, "reward": 1.4 if ok else 0.1, "passed": ok}
+        rows.append({**row, "max_total": 1.4, "profile": "seed", "stages": stages})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_two_runs_of_12_and_60_replies_compare_as_shares_with_legends_that_fit():
+    from rtlreward_report.plots import Plotter
+
+    class Figures(Plotter):
+        """The real plots, keeping each figure (drawn) beside its SVG."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.figures = []
+
+        def _svg(self, fig, alt):
+            fig.canvas.draw()
+            self.figures.append(fig)
+            return super()._svg(fig, alt)
+
+    plots = Figures()
+    stages = ["format", "lint", "tests"]
+    # 10 of 12 and 50 of 60 passed: the same share, which must draw as the same bar
+    plots.funnel(stages, [(LONG_A, [12, 10, 10], [12, 10, 10], 12), (LONG_B, [60, 50, 50], [60, 50, 50], 60)])
+    plots.histogram([(LONG_A, [0.1] * 2 + [1.4] * 10), (LONG_B, [0.1] * 10 + [1.4] * 50)], 1.4, "reward")
+    funnel, hist = plots.figures
+    ax = funnel.axes[0]
+    dark = sorted({round(p.get_width(), 6) for p in ax.patches if p.get_height() < 0.3})
+    assert dark == [pytest.approx(100 * 10 / 12), 100.0], dark  # shares, not 10 against 50
+    hist_heights = sorted({round(p.get_height(), 6) for p in hist.axes[0].patches if p.get_height()})
+    assert hist_heights == [pytest.approx(100 * 2 / 12), pytest.approx(100 * 10 / 12)]
+    for fig in (funnel, hist):
+        (legend,) = fig.legends
+        texts = [t.get_text() for t in legend.get_texts()]
+        assert texts[0].endswith("(12 replies)") and texts[1].endswith("(60 replies)"), texts
+        assert "step-0400" in texts[0] and "longer-name" in texts[1]  # what tells them apart shows
+        assert not any("verilog-eval.shaped.jsonl" in t for t in texts)  # what they share does not
+        box, page = legend.get_window_extent(), fig.bbox
+        assert box.x0 >= page.x0 - 1 and box.x1 <= page.x1 + 1 and box.y1 <= page.y1 + 1, (box, page)
+
+
+def test_the_comparison_page_renders_in_chromium(tmp_path):
+    from report_helpers import chromium, render
+
+    if chromium() is None:
+        pytest.skip("headless Chromium (Debian package chromium) is not installed")
+    a = _results_file(tmp_path / LONG_A, 12, 10)
+    b = _results_file(tmp_path / LONG_B, 60, 50)
+    page = tmp_path / "compare.html"
+    res = cli("report", str(a), str(b), "-o", str(page), tmp=tmp_path)
+    assert res.returncode == 0, res.stderr
+    seen = render(page, tmp_path)
+    assert not seen.console, seen.console
+    for section in ("funnel", "rewards", "compare"):
+        got = seen.sections[section]
+        assert got["height"] > 50 and got["drawn"] == got["svgs"] >= 1, (section, got)
+    assert "compared as shares of each run" in seen.dom

@@ -237,7 +237,14 @@ class _Page:
             )
         out = [
             '<p class="note">How many replies passed each stage, in the order the engine runs them; the dark '
-            "bar counts replies that passed that stage and every stage before it.</p>"
+            "bar counts replies that passed that stage and every stage before it."
+            + (
+                " Runs are compared as shares of each run's replies (the count in brackets), so runs of "
+                "different sizes compare fairly."
+                if len(self.r.results) > 1
+                else ""
+            )
+            + "</p>"
         ]
         out.append('<div class="row">')
         if stages:

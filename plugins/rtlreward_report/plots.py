@@ -104,38 +104,45 @@ class Plotter:
     def _funnel(
         self, stages: Sequence[str], runs: Sequence[tuple[str, Sequence[int], Sequence[int], int]]
     ) -> str:
-        fig = self._figure(5.0, 0.6 + 0.36 * len(stages) * max(1, len(runs)))
-        ax = fig.add_subplot()
         n = len(runs)
+        fig = self._figure(5.0, 0.6 + 0.36 * len(stages) * max(1, n) + (0.25 * n + 0.3 if n > 1 else 0))
+        ax = fig.add_subplot()
         h = 0.8 / n
-        for r, (label, through, passed, total) in enumerate(runs):
+        # Several runs are compared as shares of each run's replies: 10 of 12 and 50 of 60 are the same 83%.
+        share = n > 1
+        names = _legend_labels([run[0] for run in runs])
+        for r, (_label, through, passed, total) in enumerate(runs):
             ys = [i + (r - (n - 1) / 2) * h for i in range(len(stages))]
             color = PALETTE[r % len(PALETTE)]
+            scale = (100 / total if total else 0.0) if share else 1.0
             ax.barh(
                 ys,
-                passed,
+                [scale * v for v in passed],
                 height=h * 0.9,
                 color=LIGHT if n == 1 else color,
                 alpha=1 if n == 1 else 0.3,
-                label=f"{label}: passed this stage" if n > 1 else "passed this stage",
+                label="passed this stage" if n == 1 else None,
             )
             ax.barh(
                 ys,
-                through,
+                [scale * v for v in through],
                 height=h * 0.55,
                 color=color,
-                label=f"{label}: passed it and every stage before"
-                if n > 1
-                else "passed it and every stage before",
+                label="passed it and every stage before" if n == 1 else f"{names[r]} ({total} replies)",
             )
             for y, v in zip(ys, through, strict=True):
-                pct = f" {100 * v / total:.0f}%" if total else ""
-                ax.text(v, y, f" {v}{pct}", va="center", fontsize=8)
+                pct = f"{100 * v / total:.0f}%" if total else ""
+                ax.text(scale * v, y, f" {pct} ({v})" if share else f" {v} {pct}", va="center", fontsize=8)
         ax.set_yticks(range(len(stages)), [_short(s) for s in stages])
         ax.invert_yaxis()
-        ax.set_xlabel("replies")
-        ax.set_xlim(0, max([t for *_, t in runs] + [1]) * 1.12)
-        ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, fontsize=7)
+        if share:
+            ax.set_xlabel("% of the run's replies")
+            ax.set_xlim(0, 118)
+            fig.legend(loc="outside upper left", fontsize=7, ncol=1)
+        else:
+            ax.set_xlabel("replies")
+            ax.set_xlim(0, max([t for *_, t in runs] + [1]) * 1.12)
+            ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, fontsize=7)
         ax.grid(axis="y", visible=False)
         return self._svg(fig, "per-stage funnel")
 
@@ -143,27 +150,32 @@ class Plotter:
         return self._run(self._histogram, runs, top, xlabel)
 
     def _histogram(self, runs: Sequence[tuple[str, Sequence[float]]], top: float | None, xlabel: str) -> str:
-        fig = self._figure(5.6, 2.8)
+        share = len(runs) > 1  # runs of different sizes compare as shares, not counts
+        fig = self._figure(5.6, 2.8 + (0.2 * len(runs) + 0.2 if share else 0))
         ax = fig.add_subplot()
         hi = max([top or 0.0] + [max(v) for _, v in runs if v] + [1e-9])
         lo = min([0.0] + [min(v) for _, v in runs if v])
         bins = 20
-        for r, (label, values) in enumerate(runs):
+        names = _legend_labels([run[0] for run in runs])
+        for r, (_label, values) in enumerate(runs):
             ax.hist(
                 values,
                 bins=bins,
                 range=(lo, hi),
+                weights=[100 / len(values)] * len(values) if share and values else None,
                 color=PALETTE[r % len(PALETTE)],
                 alpha=0.75 if len(runs) == 1 else 0.5,
-                label=label,
+                label=f"{names[r]} ({len(values)} replies)",
                 edgecolor="white",
                 linewidth=0.5,
             )
         ax.set_xlabel(xlabel)
-        ax.set_ylabel("replies")
-        _integer_counts(ax)
-        if len(runs) > 1:
-            ax.legend(fontsize=8)
+        if share:
+            ax.set_ylabel("% of the run's replies")
+            fig.legend(loc="outside upper left", fontsize=7, ncol=1)
+        else:
+            ax.set_ylabel("replies")
+            _integer_counts(ax)
         return self._svg(fig, f"histogram of {xlabel}")
 
     def stage_scores(self, stages: Sequence[str], runs: Sequence[tuple[str, dict[str, list[float]]]]) -> str:
@@ -177,17 +189,21 @@ class Plotter:
         for i, stage in enumerate(stages):
             ax = axes[i // cols][i % cols]
             for r, (_label, scores) in enumerate(runs):
+                values = scores.get(stage, [])
                 ax.hist(
-                    scores.get(stage, []),
+                    values,
                     bins=10,
                     range=(0, 1),
+                    # several runs: % of each run's replies that ran the stage, so sizes do not decide heights
+                    weights=[100 / len(values)] * len(values) if len(runs) > 1 and values else None,
                     color=PALETTE[r % len(PALETTE)],
                     alpha=0.75 if len(runs) == 1 else 0.5,
                     edgecolor="white",
                     linewidth=0.5,
                 )
-            ax.set_title(_short(stage, 24), fontsize=9)
-            _integer_counts(ax)
+            ax.set_title(_short(stage, 24) + (" (%)" if len(runs) > 1 else ""), fontsize=9)
+            if len(runs) == 1:
+                _integer_counts(ax)
             ax.tick_params(labelsize=7)
         for j in range(len(stages), rows * cols):
             axes[j // cols][j % cols].set_visible(False)
@@ -205,10 +221,11 @@ class Plotter:
         ax = fig.add_subplot()
         n = len(runs)
         h = 0.8 / n
-        for r, (label, values) in enumerate(runs):
+        names = _legend_labels([run[0] for run in runs])
+        for r, (_label, values) in enumerate(runs):
             ys = [i + (r - (n - 1) / 2) * h for i in range(len(groups))]
             vals = [100 * v if v is not None else 0.0 for v in values]
-            ax.barh(ys, vals, height=h * 0.9, color=PALETTE[r % len(PALETTE)], label=label)
+            ax.barh(ys, vals, height=h * 0.9, color=PALETTE[r % len(PALETTE)], label=names[r])
             for y, v in zip(ys, values, strict=True):
                 ax.text(
                     100 * (v or 0),
@@ -223,7 +240,7 @@ class Plotter:
         ax.set_xlabel(xlabel)
         ax.grid(axis="y", visible=False)
         if n > 1:
-            ax.legend(fontsize=8, loc="lower right")
+            fig.legend(loc="outside upper left", fontsize=7, ncol=1)
         return self._svg(fig, xlabel)
 
     def lines(
@@ -272,6 +289,22 @@ class Plotter:
         ax.set_ylabel(_short(ylabel, 40))
         ax.set_aspect("equal")
         return self._svg(fig, "per-task pass rate, run against run")
+
+
+def _legend_labels(labels: Sequence[str]) -> list[str]:
+    """The runs' names for a legend: what they all end with (`.verilog-eval.shaped.jsonl`) dropped from its first
+    separator on, so what tells them apart shows, then a long name cut in the middle (its start and end stay)."""
+    texts = [" ".join(str(x).split()) for x in labels]
+    if len(texts) > 1:
+        n = 0  # characters every name ends with
+        while n < min(len(t) for t in texts) and len({t[-n - 1] for t in texts}) == 1:
+            n += 1
+        common = texts[0][len(texts[0]) - n :]
+        m = re.search(r"[.\-_]", common)
+        k = len(common) - m.start() if m else 0
+        if k and all(len(t) > k for t in texts):
+            texts = [t[:-k] for t in texts]
+    return [t if len(t) <= 52 else t[:24] + "…" + t[-27:] for t in texts]
 
 
 def _integer_counts(ax: Any) -> None:
