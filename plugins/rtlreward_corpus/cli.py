@@ -215,6 +215,10 @@ def add_commands(app: typer.Typer) -> None:
         prove: Annotated[
             bool, typer.Option("--prove/--no-prove", help="Prove references against same-interface ones.")
         ] = True,
+        mappings: Annotated[
+            int,
+            typer.Option("--mappings", help="Port pairings tried per (training, benchmark) pair, at most."),
+        ] = 6,
         executor: Annotated[str, typer.Option("--executor", "-x", help="local | docker | ray")] = "local",
         jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Candidates in flight.")] = None,
     ) -> None:
@@ -235,7 +239,12 @@ def add_commands(app: typer.Typer) -> None:
         if not bench:
             raise fail("no benchmark task could be read: " + "; ".join(notes))
         settings = DecontamSettings(
-            ngram=ngram, threshold=threshold, prove=prove, executor=executor, jobs=jobs
+            ngram=ngram,
+            threshold=threshold,
+            prove=prove,
+            mappings=max(1, mappings),
+            executor=executor,
+            jobs=jobs,
         )
         try:
             with _bar("proofs", False) as bar:
