@@ -188,6 +188,20 @@ def test_netlist_that_differs_from_simulation_fails(synth_engine):
     assert "sim-mismatch" in _codes(r), r.feedback
 
 
+def test_tool_macros_and_a_simulation_that_ends_itself_fail(synth_engine):
+    task = _task(ADDER)
+    # synthesis (YOSYS defined) would measure a constant; the simulators run the adder
+    split = ADDER.replace("else s <= a + b;", "else s <= `ifdef YOSYS 9'd0 `else a + b `endif ;")
+    r = _score(synth_engine, task, split).stages["synth"]
+    assert r.status.value == "failed" and "tool-macro" in _codes(r), r.feedback
+    assert any("top.v:4" in d.message for d in r.diagnostics if d.code == "tool-macro")
+    # a $finish that would end the side-by-side simulation early cannot hide a difference: Yosys refuses it (and a
+    # simulation the design ends before its last cycle fails as a mismatch)
+    for ends in ("  initial $finish;\n", "  always @(posedge clk) if (a[2:0] == 3'd5) $finish;\n"):
+        r = _score(synth_engine, task, ADDER.replace("endmodule", ends + "endmodule")).stages["synth"]
+        assert r.status.value == "failed" and {"sim-mismatch", "not-synthesisable"} & _codes(r), r.feedback
+
+
 def test_black_box_is_refused(synth_engine):
     hidden = "module top(input clk, input rst, input [7:0] a, input [7:0] b, output [8:0] s);\n  adder_box u(.a(a), .b(b), .s(s));\nendmodule\n"
     r = _score(synth_engine, _task(ADDER), hidden).stages["synth"]

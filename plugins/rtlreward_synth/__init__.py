@@ -208,7 +208,7 @@ def _ref_dir() -> Path:
 
 class SynthStage(Stage):
     name = "synth"
-    version = "1"
+    version = "2"
     requires = ("safety",)
     provides = (FIGURES,)
     description = (
@@ -450,20 +450,25 @@ class SynthStage(Stage):
         done, mismatch = simcheck.parse(sim.stdout, nonce)
         if mismatch is not None:
             return "", mismatch
+        if not done and sim.timed_out:
+            return f"the simulation did not finish within {float(opts['sim_seconds']):g} s", None
         if not done:
-            return "the simulation did not finish" + (
-                f" within {float(opts['sim_seconds']):g} s" if sim.timed_out else ""
-            ), None
+            # the design ended the simulation itself ($finish, $stop, a fatal error) before the last cycle
+            return "", simcheck.Mismatch(-1, "", "", "", "ended early")
         return "", None
 
     def _reference(
         self, ctx: StageContext, files: Mapping[str, str], top: str, opts: Mapping[str, Any]
     ) -> dict[str, Any]:
         """The reference's figures and facts ({"ok", "figures", "latches", "inits", "problems"}), cached."""
-        key_opts: dict[str, Any] = {k: opts.get(k) for k in ("ice40", "ice40_device", "ice40_package", "simulate")}
+        key_opts: dict[str, Any] = {
+            k: opts.get(k) for k in ("ice40", "ice40_device", "ice40_package", "simulate")
+        }
         if opts.get("liberty"):  # the library's content, not its path
             try:
-                key_opts["liberty"] = hashlib.sha256(Path(str(opts["liberty"])).expanduser().read_bytes()).hexdigest()
+                key_opts["liberty"] = hashlib.sha256(
+                    Path(str(opts["liberty"])).expanduser().read_bytes()
+                ).hexdigest()
             except OSError:
                 key_opts["liberty"] = str(opts["liberty"])
         key = hashlib.sha256(
@@ -501,8 +506,10 @@ class SynthStage(Stage):
                 entry["netlist_agrees"] = None if why else mismatch is None
                 if mismatch is not None:
                     entry["problems"].append(
-                        f"sim-mismatch: its netlist differs from its simulation at output {mismatch.port}, cycle "
-                        f"{mismatch.cycle}"
+                        "sim-mismatch: its simulation ended before its last cycle"
+                        if mismatch.cycle < 0
+                        else f"sim-mismatch: its netlist differs from its simulation at output {mismatch.port}, "
+                        f"cycle {mismatch.cycle}"
                     )
             if opts.get("ice40") and run.ok:
                 entry["ice40"] = ice40.run(
@@ -586,6 +593,7 @@ class SynthStage(Stage):
         ):
             problems += [attrs.evolve(f, where=_rename(f.where, run.names)) for f in elab.inits]
         problems += flow.delays(answer)
+        problems += flow.tool_macros(answer)
         if elab is not None and elab.prints and not any(f.kind == "display-only" for f in problems):
             diags.append(
                 Diagnostic(
@@ -647,6 +655,21 @@ class SynthStage(Stage):
                     )
                 )
                 mismatch = None
+            if mismatch is not None and mismatch.cycle < 0:
+                msg = (
+                    "the simulation of the RTL beside its synthesised netlist ended before its last cycle (a $finish, "
+                    "$stop or $fatal in the design), so synthesis could not be compared with simulation"
+                )
+                d = Diagnostic(msg, code="sim-mismatch", fields={"construct": "sim-ended"})
+                metrics["netlist_agrees"] = False
+                return self.result(
+                    Status.FAILED,
+                    0.0,
+                    metrics=metrics,
+                    diagnostics=[d, *diags],
+                    feedback=msg,
+                    artifacts={FIGURES: None},
+                )
             if mismatch is not None:
                 msg = (
                     f"the synthesised netlist does not behave like the RTL's simulation: output {mismatch.port} at cycle "
@@ -719,6 +742,7 @@ _WHAT = {
     "initial": "an initial value synthesis for an ASIC ignores (reset the register instead)",
     "delay": "a delay synthesis ignores (hardware does not wait)",
     "display-only": "logic that only feeds a $display (synthesis drops it)",
+    "tool-macro": "a tool's macro tested: synthesis and simulation would read different designs",
 }
 
 

@@ -370,6 +370,25 @@ def comb_latch(error: str) -> Finding | None:
     )
 
 
+_TOOL_MACRO_RE = re.compile(
+    r"`(ifdef|ifndef|elsif)\s+(YOSYS|SYNTHESIS|__ICARUS__|VERILATOR|FORMAL|COCOTB_SIM)\b"
+)
+
+
+def tool_macros(files: Mapping[str, str]) -> list[Finding]:
+    """`ifdef YOSYS`, `ifndef SYNTHESIS`, `ifdef __ICARUS__`...: code that shows synthesis one design and the
+    simulator another, so the figures would be those of a design nothing simulated."""
+    from rtlreward_hdl.files import strip_comments
+
+    out = []
+    for path, text in sorted(files.items()):
+        clean = strip_comments(text, keep_strings=False)
+        for m in _TOOL_MACRO_RE.finditer(clean):
+            line = clean.count("\n", 0, m.start()) + 1
+            out.append(Finding("tool-macro", f"`{m.group(1)} {m.group(2)}", f"{path}:{line}"))
+    return out
+
+
 @attrs.frozen
 class Figures:
     cells: int
