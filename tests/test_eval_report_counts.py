@@ -195,3 +195,14 @@ def test_the_comparison_page_renders_in_chromium(tmp_path):
         got = seen.sections[section]
         assert got["height"] > 50 and got["drawn"] == got["svgs"] >= 1, (section, got)
     assert "compared as shares of each run" in seen.dom
+
+
+def test_a_finding_without_a_line_is_shown_as_file_colon_message(scored):
+    """The prose reply's `format.missing_file` names the file but no line: `file: message`, never `file::`."""
+    _, _, tmp = scored
+    page = tmp / "r.html"
+    res = cli("report", str(tmp / "r.jsonl"), "-o", str(page), tmp=tmp)
+    assert res.returncode == 0, res.stderr
+    html = page.read_text()
+    assert "fixed_priority_arbiter.sv: no ```verilog block" in html.replace("&#x27;", "'")
+    assert ".sv::" not in html

@@ -644,7 +644,8 @@ def _sample(ri: int, s: Sample) -> str:
         diags = "".join(
             f"<li>{e(f.severity)}"
             + (f" <code>{e(f.code)}</code>" if f.code else "")
-            + (f" {e(f.file)}:{e(f.line) if f.line else ''}" if f.file else "")
+            # file:line, or the file alone (a finding about a missing file has no line: never `file::`)
+            + (f" {e(f.file)}" + (f":{e(f.line)}" if f.line else "") if f.file else "")
             + f": {e(_cut(f.message, 600))}"
             + (' <span class="derived">from reply</span>' if f.derived else "")
             + "</li>"
