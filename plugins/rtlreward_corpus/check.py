@@ -83,6 +83,7 @@ def check_corpus(
             st = r.stages.get(s)
             e[s] = st.status.value if st else "missing"
         healthy = r.passed and all(e[s] == "passed" for s in stages)
+        e["cached"] = all(r.stages[s].cached for s in stages if s in r.stages)
         e["status"] = "ok" if healthy else "broken"
         eq = r.stages.get("equivalence")
         if eq is not None:

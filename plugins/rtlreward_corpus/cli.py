@@ -172,6 +172,7 @@ def add_commands(app: typer.Typer) -> None:
             "broken": [e for e in entries if e["status"] != "ok"],
             "duplicate_groups": [g for g in groups if len(g) > 1],
             "kept": len(keep),
+            "cached": sum(1 for e in entries if e.get("cached")),
             "seconds": {"load": round(load_s, 2), "check": round(check_s, 2), "dedup": round(dedup_s, 2)},
             "entries": entries,
         }
@@ -187,7 +188,11 @@ def add_commands(app: typer.Typer) -> None:
             + (f" -> {out}" if out else ""),
             markup=False,
         )
-        con.print(f"time: load {load_s:.1f} s, check {check_s:.1f} s, dedup {dedup_s:.1f} s", markup=False)
+        con.print(
+            f"time: load {load_s:.1f} s, check {check_s:.1f} s ({doc['cached']} references from the result "
+            f"cache), dedup {dedup_s:.1f} s",
+            markup=False,
+        )
         for e in doc["broken"][:5]:
             con.print(f"  {e['id']}: {e.get('cause', '')}", markup=False)
 
