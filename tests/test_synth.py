@@ -256,12 +256,9 @@ def test_ppa_preset_loads():
 def test_verilog_eval_references_synthesise(synth_engine):
     tasks = {t.id: t for t in load_tasks("verilog-eval")}
     sample = [
-        "Prob005_notgate",
         "Prob035_count1to10",
-        "Prob050_kmap1",
         "Prob082_lfsr32",
-        "Prob089_ece241_2014_q5a",
-        "Prob100_fsm3comb",
+        "Prob095_review2015_fsmshift",  # a latch in the reference's always_comb: its own, so not counted
         "Prob120_fsm3s",
         "Prob140_fsm_hdlc",
     ]
@@ -275,7 +272,7 @@ def test_verilog_eval_references_synthesise(synth_engine):
 @needs_rtllm
 def test_rtllm_references_synthesise(synth_engine):
     tasks = {t.id: t for t in load_tasks("rtllm")}
-    for tid in ("accu", "alu", "fsm", "multi_pipe_4bit"):
+    for tid in ("accu", "adder_8bit", "fsm", "multi_pipe_4bit"):
         task = tasks[tid]
         r = synth_engine.score(task, Candidate(files=dict(task.reference))).stages["synth"]
         assert r.passed, (tid, r.feedback)

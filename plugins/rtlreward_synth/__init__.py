@@ -198,6 +198,9 @@ def _rename(text: str, names: Mapping[str, str]) -> str:
 # Reference figures, per reference text, top, options and toolchain: in this process and on disk.
 _REF: dict[str, dict[str, Any]] = {}
 _REF_LOCK = threading.Lock()
+_REF_KEY_LOCKS: dict[
+    str, threading.Lock
+] = {}  # one computation per key: a batch of samples of one task waits
 
 
 def _ref_dir() -> Path:
@@ -478,6 +481,16 @@ class SynthStage(Stage):
         ).hexdigest()[:32]
         with _REF_LOCK:
             if key in _REF:
+                return _REF[key]
+            key_lock = _REF_KEY_LOCKS.setdefault(key, threading.Lock())
+        with key_lock:
+            return self._reference_once(ctx, files, top, opts, key)
+
+    def _reference_once(
+        self, ctx: StageContext, files: Mapping[str, str], top: str, opts: Mapping[str, Any], key: str
+    ) -> dict[str, Any]:
+        with _REF_LOCK:
+            if key in _REF:  # computed by the candidate this one waited for
                 return _REF[key]
         disk = _ref_dir() / f"{key}.json"
         try:
