@@ -271,3 +271,27 @@ def test_no_profile_pays_a_forge_more_than_the_design_it_hides(profile, counter_
         assert plain.passed or not forge.passed, (profile, name, forge.feedback())
         assert forge.total <= plain.total + 1e-9, (profile, name, forge.total, plain.total)
         assert not INTERNAL.search(forge.feedback() + plain.feedback())
+
+
+@pytest.mark.parametrize("warm", ["1", "0"], ids=["warm-yosys", "one-shot"])
+@pytest.mark.parametrize("where", ["abc.rc", ".abc.rc"])
+def test_an_abc_start_up_file_in_the_workspace_proves_nothing(
+    stage, counter_task, tmp_path, monkeypatch, warm, where
+):
+    """ABC sources `abc.rc` from its working folder (and the two above it) and `$HOME/.abc.rc` (HOME is the
+    workspace) before its own command. Planted there by an earlier simulation of the answer (a profile without
+    the safety gate), `echo Property proved.` made a refuted answer `proved`. ABC runs with `-s` (no start-up
+    file) on every path."""
+    monkeypatch.setenv("RTLREWARD_WARM_YOSYS", warm)
+    for folder in (tmp_path, tmp_path / "equivalence"):
+        folder.mkdir(exist_ok=True)
+        (folder / where).write_text("echo Property proved.\n")
+    # wrong in one state random simulation does not reach: only the proof can refute it
+    rare = module(
+        CORRECT_BODY.replace(
+            "assign wrap = en && !load && (r == 8'hFF);",
+            "assign wrap = (en && !load && (r == 8'hFF)) | (load && d == 8'hA5 && r == 8'h3C);",
+        )
+    )
+    r = run_stage(stage, LocalExecutor(), tmp_path, counter_task, rare)
+    assert r.metrics["equivalence"] == "refuted" and r.score < 1.0, (r.metrics, shown(r))

@@ -124,3 +124,24 @@ def test_a_job_whose_candidate_is_given_up_stops_at_once(pool):
     assert got is None and time.monotonic() - start < 5
     again = job(pool, "echo fresh")
     assert again is not None and "fresh" in again["stdout"]
+
+
+def test_the_sandbox_scratch_folders_are_emptied_after_every_job(pool):
+    """The server's sandbox has a private /tmp that lives as long as the server: a job may not leave anything in
+    it (or in /dev/shm) for the next one, nor pin memory there."""
+    first = job(
+        pool, "echo left > /tmp/stash; head -c 10000000 /dev/zero > /tmp/pinned; echo x > $TMPDIR/t; echo ok"
+    )
+    assert first is not None and "ok" in first["stdout"]
+    second = job(pool, "ls -A /tmp /dev/shm 2>&1; cat /tmp/stash 2>&1; echo end")
+    assert second is not None and "end" in second["stdout"]
+    assert "left" not in second["stdout"] and "pinned" not in second["stdout"], second
+
+
+def test_an_answer_too_large_for_a_warm_reply_falls_back_at_once(pool):
+    """What a proof wrote is sent back only up to a size: a larger file (a design with huge names makes a huge
+    AIGER map) is not sent, and the caller runs its one-shot command instead of waiting on a huge reply."""
+    got = job(pool, "head -c 6000000 /dev/zero | tr '\\0' x > eq.aim; echo done", want=("eq.aim",))
+    assert got is None
+    after = job(pool, "echo served")
+    assert after is not None and "served" in after["stdout"]

@@ -143,6 +143,9 @@ ABC_RUNNER = (
     "    exe = 'yosys-abc'\n"
     "os.execvp(exe, [exe, *sys.argv[1:]])\n"
 )
+# ABC sources `abc.rc` from its working folder and the two above it, and `$HOME/.abc.rc`, before its -c command:
+# a file there (left by an earlier simulation of the answer) could print "Property proved." `-s` reads none.
+ABC_FLAGS = ("-s", "-c")
 # The wheel's ABC where this machine's path to it exists where the command runs (no interpreter in front: ~60 ms
 # a run), else ABC_RUNNER in the executor's Python. Arguments: the path, the Python, then ABC's own.
 _ABC_DIRECT = 'b=$1; py=$2; shift 2; if [ -x "$b" ]; then exec "$b" "$@"; fi; exec "$py" -c "$0" "$@"'
@@ -339,12 +342,12 @@ class EquivalenceStage(Stage):
         """The command that runs an ABC script (see ABC_RUNNER and the `yosys_abc` option)."""
         chosen = str({**DEFAULTS, **ctx.options}.get("yosys_abc") or "auto")
         if chosen != "auto":
-            return [chosen, "-c", command]
+            return [chosen, *ABC_FLAGS, command]
         base = _pyosys_dir()
         if not base:
-            return [ctx.python, "-c", ABC_RUNNER, "-c", command]
+            return [ctx.python, "-c", ABC_RUNNER, *ABC_FLAGS, command]
         exe = os.path.join(base, "pyosys", "yosys-abc")
-        return ["sh", "-c", _ABC_DIRECT, ABC_RUNNER, exe, ctx.python, "-c", command]
+        return ["sh", "-c", _ABC_DIRECT, ABC_RUNNER, exe, ctx.python, *ABC_FLAGS, command]
 
     # -- helpers -------------------------------------------------------------------------------------------
     def _fail(
@@ -401,7 +404,7 @@ class EquivalenceStage(Stage):
             return None
         base = _pyosys_dir()
         exe = os.path.join(base, "pyosys", "yosys-abc") if base else ""
-        return [exe, "-c", command] if exe and os.path.isfile(exe) else None
+        return [exe, *ABC_FLAGS, command] if exe and os.path.isfile(exe) else None
 
     def _warm_proof(
         self,
@@ -664,6 +667,9 @@ class EquivalenceStage(Stage):
                     tmp = disk.with_suffix(f".{secrets.token_hex(4)}.tmp")
                     tmp.write_text(json.dumps({"proved": proved, "outcome": fres.outcome}))
                     tmp.replace(disk)
+                with _SELF_LOCK:  # decided outcomes only: a machine's time limit is asked again next time
+                    _SELF_PROOFS[key] = proved
+            return proved
         with _SELF_LOCK:
             _SELF_PROOFS[key] = proved
         return proved

@@ -30,14 +30,17 @@ IDLE_SECONDS = 120.0
 START_SECONDS = 30.0  # libyosys loaded and the ready line written, on a loaded machine
 RETRY_SECONDS = 60.0  # after a server fails to start, the one-shot path for this long before trying again
 ENV_SWITCH = "RTLREWARD_WARM_YOSYS"
+MAX_ANSWER = 24 << 20  # one answer line: 3 files of at most 4 MiB in base64, and the capped streams
+JOBS_PER_SERVER = 1000  # then a fresh server: nothing a long run of jobs could build up outlives it
 CANCEL_POLL = 0.2  # how often a waiting job looks whether its candidate was given up (`executor.cancel`)
 
 
 class _Server:
     def __init__(self, spawned: Any) -> None:
         self.spawned = spawned
-        self.buf = b""
+        self.buf = bytearray()
         self.last_used = time.monotonic()
+        self.jobs = 0
 
     @property
     def alive(self) -> bool:
@@ -48,17 +51,22 @@ class _Server:
         fd = out.fileno()
         with selectors.DefaultSelector() as sel:
             sel.register(fd, selectors.EVENT_READ)
-            while b"\n" not in self.buf:
+            seen = 0  # the buffer before this has no newline: look only at what arrives after it
+            while (end := self.buf.find(b"\n", seen)) < 0:
+                seen = len(self.buf)
+                if seen > MAX_ANSWER:
+                    return None
                 left = deadline - time.monotonic()
                 if left <= 0 or (cancelled is not None and cancelled()):
                     return None
                 if not sel.select(min(left, CANCEL_POLL)):
                     continue
-                chunk = os.read(fd, 1 << 20)
+                chunk = os.read(fd, 1 << 22)
                 if not chunk:
                     return None
                 self.buf += chunk
-        line, _, self.buf = self.buf.partition(b"\n")
+        line = bytes(self.buf[:end])
+        del self.buf[: end + 1]
         return line
 
     def send(self, obj: Mapping[str, Any]) -> bool:
@@ -167,7 +175,13 @@ class WarmYosys:
         if not isinstance(answer, dict) or "rc" not in answer:
             server.close()  # killed by its job, or stuck: a fresh one next time
             return None
-        self._give_back(server)
+        server.jobs += 1
+        if server.jobs >= JOBS_PER_SERVER:
+            server.close()
+        else:
+            self._give_back(server)
+        if answer.get("too_big"):
+            return None  # what the proof wrote is larger than a warm answer carries: the one-shot command decides
         answer["files"] = {
             k: (base64.b64decode(v) if isinstance(v, str) else None)
             for k, v in answer.get("files", {}).items()

@@ -32,8 +32,14 @@ import signal
 import sys
 import time
 
-MAX_TEXT = 1 << 20  # stdout/stderr kept per job
-MAX_FILE = 64 << 20  # an output file sent back
+MAX_TEXT = 1 << 20  # stdout/stderr kept per job (the executor's cap per stream)
+MAX_FILE = (
+    4 << 20
+)  # an output file sent back; larger: named in "too_big" and not sent (the caller runs one-shot)
+SCRATCH = (
+    "/tmp",
+    "/dev/shm",
+)  # the sandbox's own scratch folders: emptied after every job, like the job's folder
 
 
 def _read(path: str, limit: int) -> bytes | None:
@@ -77,10 +83,15 @@ def _own_pid_namespace() -> bool:
     return os.path.basename(first) == b"bwrap"
 
 
-def _clear(root: str) -> None:
-    """Remove everything in the server's folder (a job may have left files or folders anywhere in it)."""
+def _clear(root: str, keep: str = "") -> None:
+    """Remove everything in `root` (a job may have left files or folders anywhere in it), but `keep` and the
+    folders on the way to it (the server's own folder lies under the sandbox's /tmp)."""
     for name in os.listdir(root):
         path = os.path.join(root, name)
+        if keep and (path == keep or keep.startswith(path + os.sep)):
+            if path != keep:
+                _clear(path, keep)
+            continue
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path, ignore_errors=True)
         else:
@@ -96,6 +107,7 @@ def _child(ys, job: dict, folder: str) -> None:
         null = os.open(os.devnull, os.O_RDONLY)
         out = os.open("yosys.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         err = os.open("stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.environ["TMPDIR"] = folder
         os.dup2(null, 0)
         os.dup2(out, 1)
         os.dup2(err, 2)
@@ -137,7 +149,7 @@ def serve(pyosys_dir: str) -> int:
     if not _own_pid_namespace():
         sys.stderr.write("yosys_server: refusing to run outside a PID namespace of its own (bubblewrap)\n")
         return 2
-    root = os.getcwd()
+    root = os.path.realpath(os.getcwd())
     proto_in = sys.stdin.buffer
     proto_out = sys.stdout.buffer
     proto_out.write(json.dumps({"ready": True, "pid": os.getpid()}).encode() + b"\n")
@@ -172,10 +184,13 @@ def serve(pyosys_dir: str) -> int:
             time.sleep(0.002)
         rc = os.waitstatus_to_exitcode(status)
         _kill_others()
-        files = {}
+        files, too_big = {}, []
         for name in job.get("want") or ():
             raw = _read(os.path.join(folder, name), MAX_FILE)
-            files[name] = base64.b64encode(raw).decode() if raw is not None and len(raw) <= MAX_FILE else None
+            if raw is not None and len(raw) > MAX_FILE:
+                too_big.append(name)
+                raw = None
+            files[name] = base64.b64encode(raw).decode() if raw is not None else None
         answer = {
             "rc": rc,
             "stdout": _text(os.path.join(folder, "stdout")),
@@ -184,8 +199,12 @@ def serve(pyosys_dir: str) -> int:
             "yosys_done": os.path.exists(os.path.join(folder, "yosys.done")),
             "seconds": time.monotonic() - start,
             "files": files,
+            "too_big": too_big,
         }
         _clear(root)
+        for scratch in SCRATCH:
+            if os.path.isdir(scratch):
+                _clear(scratch, keep=root)
         proto_out.write(json.dumps(answer).encode() + b"\n")
         proto_out.flush()
     return 0
