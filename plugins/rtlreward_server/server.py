@@ -550,7 +550,9 @@ class RewardService:
 
     @staticmethod
     def merge_batch(where: list[int | ItemError], outcomes: list[Reward | ItemError]) -> dict[str, Any]:
-        rewards = [w.to_dict() if isinstance(w, ItemError) else answer(outcomes[w]) for w in where]
+        # a slot is a bad item (ItemError in `where`), or an outcome: a reward, or an item that failed later
+        got = [w if isinstance(w, ItemError) else outcomes[w] for w in where]
+        rewards = [x.to_dict() if isinstance(x, ItemError) else answer(x) for x in got]
         return {"rewards": rewards}
 
     def score(self, body: Any) -> dict[str, Any]:
