@@ -108,3 +108,21 @@ def test_what_a_plugin_author_and_a_verl_user_call_is_documented():
     verl_page = (ROOT / "docs" / "trainers" / "verl.md").read_text()
     for name in inspect.signature(rtlreward_verl.compute_score_batch).parameters:
         assert name in verl_page, f"compute_score_batch's {name} is not in docs/trainers/verl.md"
+
+
+def test_eval_prints_a_progress_line_per_tenth_in_a_log(tmp_path):
+    """In a log (stderr a pipe) eval says how far it is as it goes, not only one bar at the end; -q hides it."""
+    replies = [
+        {"id": "fixed_priority_arbiter", "sample": i, "completion": text}
+        for i, name in enumerate(["correct", "reversed_priority", "syntax_error", "renamed_ports", "correct"] * 2)
+        for text in [(ROOT / "examples" / "fixed_priority_arbiter" / "completions" / f"{name}.txt").read_text()]
+    ]
+    comp = tmp_path / "replies.jsonl"
+    comp.write_text("".join(json.dumps(r) + "\n" for r in replies))
+    args = ["eval", str(ROOT / "examples"), "-c", str(comp), "-p", "strict", "-j", "2"]
+    res = cli(*args, "-o", str(tmp_path / "a.jsonl"), tmp=tmp_path)
+    assert res.returncode in (0, 1), res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("scoring: ")]
+    assert len(lines) == 10 and lines[-1].startswith("scoring: 10/10 (100%), 4 passed"), res.stderr
+    quiet = cli("-q", *args, "-o", str(tmp_path / "b.jsonl"), tmp=tmp_path)
+    assert "scoring: " not in quiet.stderr

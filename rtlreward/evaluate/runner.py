@@ -170,7 +170,11 @@ def evaluate(
     bar = None
     bar_task = None
     callback = progress if callable(progress) else None
-    if progress is True and pending:
+    log_line = None
+    if progress is True and pending and not _is_terminal(sys.stderr):
+        # A log (stderr not a terminal) gets a line per tenth instead of a bar that rich only draws at the end.
+        log_line = _tenths(len(pending), time.monotonic())
+    elif progress is True and pending:
         from rich.console import Console
         from rich.progress import (
             BarColumn,
@@ -223,6 +227,8 @@ def evaluate(
             bar.update(bar_task, advance=1, passed=passed)
         if callback is not None and row is not None and error is None:
             callback(len(new_rows) + len(errors), len(pending), row)
+        if log_line is not None:
+            log_line(len(new_rows) + len(errors), len(pending), row or {})
 
     def score(task: Task, sample: int, c: Completion) -> dict[str, Any]:
         started = time.monotonic()
@@ -301,3 +307,30 @@ def evaluate(
         out_path=str(out) if out else None,
         problems=tuple(str(p) for p in problems) + tuple(errors),
     )
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def _tenths(total: int, start: float) -> Callable[[int, int, Mapping[str, Any]], None]:
+    """A progress callback for logs: one line on stderr each time another tenth of `total` is done."""
+    state = {"shown": 0, "passed": 0}
+
+    def line(done: int, _total: int, row: Mapping[str, Any]) -> None:
+        state["passed"] += bool(row.get("passed"))
+        tenth = 10 * done // max(1, total)
+        if tenth > state["shown"] or done == total:
+            state["shown"] = tenth
+            elapsed = time.monotonic() - start
+            print(
+                f"scoring: {done}/{total} ({100 * done // max(1, total)}%), {state['passed']} passed, "
+                f"{elapsed:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    return line
