@@ -37,6 +37,9 @@ def test_tasks_check_prints_progress_lines_in_a_log_and_takes_filter(tmp_path):
     assert "counter" in res.stdout and "fixed_priority_arbiter" not in res.stdout
     quiet = cli("-q", *args, "--filter", "ids=counter", tmp=tmp_path)
     assert "tasks check: " not in quiet.stderr
+    # the table names each reference's synthesis (issue 17) where the synth stage is installed
+    wide = cli(*args, "--filter", "ids=counter", tmp=tmp_path, columns=300)
+    assert "synthesis" in wide.stdout and "clean (" in wide.stdout and "cells" in wide.stdout, wide.stdout
 
 
 def test_help_shows_every_option_whole_on_80_columns(tmp_path):

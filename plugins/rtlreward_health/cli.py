@@ -199,6 +199,9 @@ def add_commands(app: typer.Typer) -> None:
             "cause / surviving mutant",
             title=f"task health: {dataset}",
         )
+        synthesised = any("synthesis" in e for e in entries)
+        if synthesised:
+            table.add_column("synthesis")
         if audit_profiles:
             from rtlreward_health.audit import audit_cell
 
@@ -218,6 +221,7 @@ def add_commands(app: typer.Typer) -> None:
                 e.get("formal", ""),
                 _stubs(e),
                 escape(e.get("cause", "")),
+                *([_synthesis(e)] if synthesised else []),
                 *([audit_cell(e)] if audit_profiles else []),
             )
         out_console = console()
@@ -229,6 +233,22 @@ def add_commands(app: typer.Typer) -> None:
         out_console.print(
             "toolchain: " + ", ".join(f"{k}={v}" for k, v in sorted(tools.items())), markup=False
         )
+
+
+def _synthesis(entry: dict) -> str:
+    """`clean` with the reference's cells and area, or what keeps it from synthesising cleanly."""
+    from rich.markup import escape
+
+    state = entry.get("synthesis", "")
+    if state == "clean":
+        fig = entry.get("synthesis_figures") or {}
+        parts = [f"{fig[k]:g} {name}" for k, name in (("cells", "cells"), ("area", "area")) if k in fig]
+        return "clean" + (f" ({', '.join(parts)})" if parts else "")
+    if not state:
+        return ""
+    problems = entry.get("synthesis_problems") or []
+    style = "red" if state == "not clean" else "yellow"
+    return f"[{style}]{escape(state)}[/]" + (f": {escape(str(problems[0]))[:120]}" if problems else "")
 
 
 def _stubs(entry: dict) -> str:
