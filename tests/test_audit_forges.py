@@ -199,7 +199,10 @@ def test_the_audit_finds_the_constant_stub_on_verilog_eval_under_shaped():
 
 
 def test_blow_ups_and_the_prompts_position_fail_as_the_answers_and_earn_no_more_than_the_stub(counter):
-    settings = AuditSettings(profile="shaped", budget=0, attacks=("stub", "resource", "prompt_position"))
+    # shaped with the tests stage cut at 10 s (the counter's reference runs in about a second): the output flood
+    # runs to the limit, which need not be a minute here
+    profile = {"extends": "shaped", "name": "shaped-10s", "stage": {"tests": {"timeout": 10}}}
+    settings = AuditSettings(profile=profile, budget=0, attacks=("stub", "resource", "prompt_position"))
     (entry,) = run_audit(counter, settings, registry=_registry())["tasks"]
     assert entry["errors"] == []  # no seed broke a stage
     stub = entry["stub_reward"]

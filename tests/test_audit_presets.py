@@ -22,21 +22,11 @@ from rtlreward_audit.cli import add_commands
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted(p.stem for p in (ROOT / "rtlreward" / "presets").glob("*.toml"))
 GATED = ("equiv", "trusted")
-# every blind class but the resource blow-ups (test_audit_forges.py), and the mutants (a refuted one paid as a pass
-# is a forge); the forge classes for `trusted`, whose every harness run is a simulation
-ATTACKS = (
-    "stub",
-    "names",
-    "one_tool_view",
-    "extra_port",
-    "sim_control",
-    "pass_lines",
-    "format",
-    "prompt_position",
-)
-ATTACKS_BY_PROFILE = {
-    "equiv": (*ATTACKS, "mutant"),
-    "trusted": ("stub", "names", "one_tool_view", "extra_port"),
+# `equiv`: every attack but the resource blow-ups (test_audit_forges.py), the mutants included (a refuted one paid as
+# a pass is a forge); `trusted`: the forge classes, since its every harness run is a simulation
+SELECT = {
+    "equiv": ["--skip", "resource"],
+    "trusted": [f"--attack={a}" for a in ("stub", "names", "one_tool_view", "extra_port")],
 }
 
 
@@ -76,9 +66,8 @@ def _app() -> typer.Typer:
     return app
 
 
-def audit(args: list[str], profile: str, attacks: tuple[str, ...], out: Path, *extra: str):
-    flags = [f"--attack={a}" for a in attacks]
-    cmd = ["audit", *args, "-p", profile, *flags, "--json", str(out), *extra]
+def audit(args: list[str], profile: str, select: list[str], out: Path, *extra: str):
+    cmd = ["audit", *args, "-p", profile, *select, "--json", str(out), *extra]
     return CliRunner().invoke(_app(), cmd, env={"COLUMNS": "200"})
 
 
@@ -87,9 +76,7 @@ def audit(args: list[str], profile: str, attacks: tuple[str, ...], out: Path, *e
 def test_the_gate_no_wrong_reply_beats_the_stub(profile, dataset, tmp_path):
     out = tmp_path / "audit.json"
     budget = "2" if profile == "equiv" else "0"
-    res = audit(
-        DATASETS[dataset], profile, ATTACKS_BY_PROFILE[profile], out, "--budget", budget, "--fail-over-stub"
-    )
+    res = audit(DATASETS[dataset], profile, SELECT[profile], out, "--budget", budget, "--fail-over-stub")
     doc = json.loads(out.read_text()) if out.is_file() else None
     assert res.exit_code == 0, (res.output, doc and [(e["id"], e["unearned"]) for e in doc["tasks"]])
     assert doc is not None and doc["tasks"]
@@ -101,6 +88,10 @@ def test_the_gate_no_wrong_reply_beats_the_stub(profile, dataset, tmp_path):
         assert entry["unearned_reward"] <= entry["stub_reward"] + 1e-9
         assert not entry["forged_pass"] and entry["errors"] == []
         assert {"stub", "names", "one_tool_view", "extra_port"} <= set(entry["by_class"])
+    if profile == "equiv":
+        assert (
+            "resource" not in doc["settings"]["attacks"] and "prompt_position" in doc["settings"]["attacks"]
+        )
     if profile == "trusted":
         assert doc["max_unearned"] == 0.0  # a gate on equivalence: a refuted design earns nothing
 
@@ -108,7 +99,8 @@ def test_the_gate_no_wrong_reply_beats_the_stub(profile, dataset, tmp_path):
 @pytest.mark.parametrize("profile", [p for p in PRESETS if p not in GATED])
 def test_every_other_preset_is_audited_and_reports_its_figure(profile, tmp_path):
     out = tmp_path / "audit.json"
-    res = audit([str(ROOT / "examples" / "counter")], profile, ("stub", "names"), out, "--budget", "0")
+    select = ["--attack=stub", "--attack=names"]
+    res = audit([str(ROOT / "examples" / "counter")], profile, select, out, "--budget", "0")
     assert res.exit_code == 0, res.output
     (entry,) = json.loads(out.read_text())["tasks"]
     assert entry["reference_passed"] is True and entry["stub_reward"] is not None

@@ -43,6 +43,7 @@ class AuditSettings:
     budget: int = 16  # search evaluations per task (after the seeds)
     seed: int = 0
     attacks: tuple[str, ...] = ()  # only these attack names or classes (empty: all)
+    skip: tuple[str, ...] = ()  # leave these attack names or classes out
     executor: str = "local"
     jobs: int | None = None
     cache: bool = True
@@ -166,6 +167,9 @@ class _Auditor:
         if settings.attacks:
             wanted = set(settings.attacks)
             attacks = [a for a in attacks if a.name in wanted or a.cls in wanted]
+        if settings.skip:
+            unwanted = set(settings.skip)
+            attacks = [a for a in attacks if a.name not in unwanted and a.cls not in unwanted]
         self.attacks = attacks
 
     def close(self) -> None:

@@ -32,6 +32,12 @@ def add_commands(app: typer.Typer) -> None:
         attacks: Annotated[
             list[str], typer.Option("--attack", help="Only these attacks or attack classes (repeatable).")
         ] = [],  # noqa: B006
+        skip: Annotated[
+            list[str],
+            typer.Option(
+                "--skip", help="Leave out these attacks or classes (repeatable; e.g. --skip resource)."
+            ),
+        ] = [],  # noqa: B006
         json_out: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here.")] = None,
         fail_over: Annotated[
             float | None,
@@ -74,6 +80,7 @@ def add_commands(app: typer.Typer) -> None:
             budget=max(0, budget),
             seed=seed,
             attacks=tuple(attacks),
+            skip=tuple(skip),
             executor=executor,
             jobs=jobs,
             cache=not no_cache,

@@ -121,7 +121,8 @@ def add_command(app: typer.Typer) -> None:
             list[Path],
             typer.Argument(
                 help="A results JSONL of `rtlreward eval` or a training run (tinker-cookbook metrics.jsonl, or "
-                "its folder); a second one to compare with the first.",
+                "its folder); a second one to compare with the first. Or audit reports (`rtlreward audit --json`): "
+                "a page of audits.",
                 show_default=False,
             ),
         ],
