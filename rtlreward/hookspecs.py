@@ -83,3 +83,18 @@ def rtlreward_stage_finished(task: Task, candidate: Candidate, result: StageResu
 @hookspec
 def rtlreward_reward_computed(task: Task, candidate: Candidate, reward: Reward) -> None:
     """Observer: a candidate's reward is final. Use for logging, progress and reward-hacking monitors."""
+
+
+@hookspec(firstresult=True)
+def rtlreward_audit_tasks(
+    tasks: list[Task],
+    profile: str,
+    budget: int,
+    attacks: tuple[str, ...],
+    executor: str,
+    jobs: int | None,
+    progress: Any,
+) -> dict[str, Any] | None:
+    """Search `tasks` for unearned reward under `profile` (the `rtlreward audit` plugin implements it; docs/audit.md)
+    and return its report (`{"profile": ..., "tasks": [...]}`), or None where no installed plugin audits. Lets other
+    plugins (`tasks check --audit`) ask for an audit without importing the plugin that does it."""

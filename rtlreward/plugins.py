@@ -186,6 +186,29 @@ class Registry:
         except Exception as exc:
             warnings.warn(f"an rtlreward_reward_computed observer raised: {exc!r}", stacklevel=2)
 
+    # -- services one plugin offers another ----------------------------------------------------------------------
+    def audit_tasks(
+        self,
+        tasks: Any,
+        profile: str,
+        *,
+        budget: int,
+        attacks: tuple[str, ...] = (),
+        executor: str = "local",
+        jobs: int | None = None,
+        progress: Any = None,
+    ) -> dict[str, Any] | None:
+        """An audit's report from whichever plugin implements `rtlreward_audit_tasks`; None when none does."""
+        return self.pm.hook.rtlreward_audit_tasks(
+            tasks=list(tasks),
+            profile=profile,
+            budget=budget,
+            attacks=tuple(attacks),
+            executor=executor,
+            jobs=jobs,
+            progress=progress,
+        )
+
     # -- listing -----------------------------------------------------------------------------------------------
     def plugins(self) -> list[PluginInfo]:
         infos = []

@@ -32,3 +32,11 @@ def rtlreward_register_commands(app):
 def rtlreward_register_attacks(register):
     for attack in BUILTIN_ATTACKS:
         register(attack)
+
+
+@hookimpl
+def rtlreward_audit_tasks(tasks, profile, budget, attacks, executor, jobs, progress):
+    settings = AuditSettings(
+        profile=profile, budget=max(0, int(budget)), attacks=tuple(attacks), executor=executor, jobs=jobs
+    )
+    return run_audit(list(tasks), settings, progress=progress)

@@ -24,15 +24,25 @@ def audit_tasks(
 ) -> dict[str, Any]:
     """Audit `tasks` under each profile; adds `audit: {profile: summary}` to each entry (matched by id) and returns
     the full audit reports by profile (for the JSON report)."""
-    from rtlreward_audit.audit import AuditSettings, run_audit
+    from rtlreward.plugins import PluginError, get_registry
 
     by_id = {e["id"]: e for e in entries}
     reports: dict[str, Any] = {}
     for profile in profiles:
-        settings = AuditSettings(
-            profile=profile, budget=max(0, budget), attacks=tuple(attacks), executor=executor, jobs=jobs
+        report = get_registry().audit_tasks(
+            tasks,
+            profile,
+            budget=max(0, budget),
+            attacks=tuple(attacks),
+            executor=executor,
+            jobs=jobs,
+            progress=progress,
         )
-        report = run_audit(list(tasks), settings, progress=progress)
+        if report is None:
+            raise PluginError(
+                "--audit needs the audit plugin (rtlreward_audit, installed with rtlreward); it is not loaded here "
+                "(RTLREWARD_PLUGINS / RTLREWARD_DISABLE_PLUGINS?)"
+            )
         reports[report["profile"]] = report
         for t in report["tasks"]:
             entry = by_id.get(t["id"])

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -165,10 +167,9 @@ def add_commands(app: typer.Typer) -> None:
             except EngineError as exc:
                 raise fail(str(exc)) from None
         if audit_profiles:
-            from rtlreward_audit.cli import fail_on_audit_error
             from rtlreward_health.audit import audit_tasks
 
-            with fail_on_audit_error():
+            with _fail_on_audit_error():
                 audits = audit_tasks(
                     tasks,
                     entries,
@@ -233,6 +234,20 @@ def add_commands(app: typer.Typer) -> None:
         out_console.print(
             "toolchain: " + ", ".join(f"{k}={v}" for k, v in sorted(tools.items())), markup=False
         )
+
+
+@contextlib.contextmanager
+def _fail_on_audit_error() -> Iterator[None]:
+    """Engine, profile and plugin errors of an audit as a CLI failure with their message (exit 1, no traceback)."""
+    from rtlreward.cli import fail
+    from rtlreward.engine import EngineError
+    from rtlreward.plugins import PluginError
+    from rtlreward.profiles import ProfileError
+
+    try:
+        yield
+    except (EngineError, ProfileError, PluginError) as exc:
+        raise fail(str(exc)) from None
 
 
 def _synthesis(entry: dict) -> str:
