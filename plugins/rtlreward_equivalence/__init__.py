@@ -21,7 +21,6 @@ Semantics and limits are in docs/equivalence.md.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import os
@@ -30,7 +29,6 @@ import secrets
 import shlex
 import shutil
 import signal
-import subprocess
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -44,6 +42,11 @@ from rtlreward.sandbox import CommandResult, resource_exhaustion
 from rtlreward.stage import Stage, StageContext, UnsafePath, safe_relpath
 from rtlreward_hdl.simrun import compile_then_run
 from rtlreward_hdl.slang import ExpansionTooLarge
+from rtlreward_hdl.yosys import SAFE_PATH_RE, YOSYS_RUNNER
+from rtlreward_hdl.yosys import missing_tool as _missing_tool
+from rtlreward_hdl.yosys import pyosys_dir as _pyosys_dir
+from rtlreward_hdl.yosys import pyosys_version as _pyosys_version
+from rtlreward_hdl.yosys import tool_version as _version
 
 from . import diffsim, formal, view, warm
 from .design import (
@@ -89,48 +92,6 @@ DEFAULTS: dict[str, Any] = {
 MAX_ROWS = 16  # input rows shown in a counterexample
 
 
-# Runs a Yosys script with libyosys (the `pyosys` wheel) in the executor's Python, as `yosys -q -s SCRIPT` would:
-# the log goes to SCRIPT.log beside it (libyosys has no quiet switch, and a sandbox may not open /dev/null for
-# writing), errors and `log -stderr` lines go to stderr, an error exits 1. Without pyosys there, the `yosys`
-# binary on PATH runs the script instead.
-# Runs a Yosys script with libyosys from the pyosys wheel, else the `yosys` binary. The interpreter starts with
-# -I -S (no site import: ~60 ms less per run on a large site-packages) and is handed the folder holding pyosys
-# here; where that folder does not exist (a container), the site import finds the wheel as before.
-YOSYS_RUNNER = (
-    "import os, sys\n"
-    "if os.path.isdir(sys.argv[2]):\n"
-    "    sys.path.insert(0, sys.argv[2])\n"
-    "try:\n"
-    "    from pyosys import libyosys as ys\n"
-    "except ImportError:\n"
-    "    try:\n"
-    "        import site\n"
-    "        site.main()\n"
-    "        from pyosys import libyosys as ys\n"
-    "    except ImportError:\n"
-    "        os.execvp('yosys', ['yosys', '-q', '-s', sys.argv[1]])\n"
-    "chain = sys.argv[3:]\n"
-    "if chain:\n"
-    "    import signal\n"
-    "    signal.alarm(max(1, int(float(chain[0]) + 0.999)))\n"
-    "    out = os.dup(1)\n"
-    "os.dup2(os.open(sys.argv[1] + '.log', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 1)\n"
-    "ys.run_pass('script ' + sys.argv[1], ys.Design())\n"
-    "if chain:\n"
-    "    signal.alarm(0)\n"
-    "    os.dup2(out, 1)\n"
-    "    if not os.path.isfile(chain[2]):\n"
-    "        sys.exit(0)\n"
-    "    os.write(1, (chain[1] + '\\n').encode())\n"
-    "    os.execv(chain[2], chain[2:])\n"
-)
-# With three or more extra arguments (seconds, nonce, program, its arguments...) the runner is a chain: Yosys's part
-# is cut by SIGALRM after `seconds` (the command's own limit then covers what follows), and when the script
-# succeeds and `program` exists where the command runs, the runner prints the nonce on its standard output and
-# becomes `program` (the proof's ABC): one sandboxed command instead of two. Without that line the caller runs the
-# program itself.
-
-
 # Runs the ABC the pyosys wheel ships (`yosys-abc` beside libyosys), else `yosys-abc` on PATH, with the arguments given.
 ABC_RUNNER = (
     "import os, sys\n"
@@ -149,49 +110,6 @@ ABC_FLAGS = ("-s", "-c")
 # The wheel's ABC where this machine's path to it exists where the command runs (no interpreter in front: ~60 ms
 # a run), else ABC_RUNNER in the executor's Python. Arguments: the path, the Python, then ABC's own.
 _ABC_DIRECT = 'b=$1; py=$2; shift 2; if [ -x "$b" ]; then exec "$b" "$@"; fi; exec "$py" -c "$0" "$@"'
-
-
-@functools.cache
-def _pyosys_dir() -> str:
-    """The folder holding the pyosys package here ('' without it), found without importing it."""
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec("pyosys")
-    except (ImportError, ValueError):
-        return ""
-    if spec is None or not spec.submodule_search_locations:
-        return ""
-    return os.path.dirname(next(iter(spec.submodule_search_locations)))
-
-
-@functools.cache
-def _pyosys_version() -> str:
-    """The pyosys wheel's version here, '' without it."""
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version("pyosys")
-    except importlib.metadata.PackageNotFoundError:
-        return ""
-
-
-@functools.cache
-def _version(argv: tuple[str, ...]) -> str:
-    exe = shutil.which(argv[0])
-    if exe is None:
-        return "missing"
-    try:
-        out = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    text = (out.stdout + out.stderr).strip().splitlines()
-    return text[0][:80] if text else "unknown"
-
-
-def _missing_tool(res: Any, tool: str) -> bool:
-    text = res.stderr or ""
-    return res.returncode == 127 or (f"execvp {tool}" in text and "No such file" in text)
 
 
 @attrs.frozen
@@ -220,12 +138,12 @@ def _materialise(root: Path, side: str, files: Mapping[str, str]) -> _Side:
         d = str(Path(name).parent)
         if d not in incdirs:
             incdirs.append(d)
-        if formal.SAFE_PATH_RE.match(d) and d not in script_incdirs:
+        if SAFE_PATH_RE.match(d) and d not in script_incdirs:
             script_incdirs.append(d)
         if is_header(rel):
             continue
         units.append(name)
-        if formal.SAFE_PATH_RE.match(name):
+        if SAFE_PATH_RE.match(name):
             script_units.append(name)
         else:
             # A name a script could misread (spaces, `;`, quotes...): Yosys gets a copy under a name of ours.

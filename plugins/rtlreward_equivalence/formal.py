@@ -34,9 +34,10 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from .design import IDENT_RE, PortInfo, Reset
+from rtlreward_hdl.yosys import check_ident, check_path
 
-SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+/-]*$")
+from .design import PortInfo, Reset
+
 AIG, MAP = "eq.aig", "eq.aim"
 # What Yosys says when a side still holds a cell of a module type after flattening (our `select -assert-none`).
 HIERARCHY_LEFT = "Assertion failed: selection is not empty"
@@ -59,18 +60,6 @@ class Names:
 
     def all(self) -> tuple[str, ...]:
         return (self.gold, self.gate, self.miter, self.top)
-
-
-def check_ident(name: str) -> str:
-    if not IDENT_RE.match(name):
-        raise ValueError(f"not a plain identifier: {name!r}")
-    return name
-
-
-def check_path(path: str) -> str:
-    if not SAFE_PATH_RE.match(path) or ".." in path.split("/"):
-        raise ValueError(f"not a safe script path: {path!r}")
-    return path
 
 
 def _read_side(

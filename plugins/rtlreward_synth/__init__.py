@@ -17,14 +17,11 @@ reference depth / answer depth), divided by `cap`. See docs/synthesis.md.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
-import os
 import re
 import secrets
 import shutil
-import subprocess
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,6 +34,11 @@ from rtlreward.model import Diagnostic, StageResult, Status, Task
 from rtlreward.sandbox import resource_exhaustion
 from rtlreward.stage import Stage, StageContext, UnsafePath, safe_relpath
 from rtlreward_hdl.files import HDL_EXTS, HEADER_EXTS, strip_comments
+from rtlreward_hdl.yosys import IDENT_RE, SAFE_PATH_RE, YOSYS_RUNNER, check_path
+from rtlreward_hdl.yosys import missing_tool as _missing
+from rtlreward_hdl.yosys import pyosys_dir as _pyosys_dir
+from rtlreward_hdl.yosys import pyosys_version as _pyosys_version
+from rtlreward_hdl.yosys import tool_version as _version
 
 from . import flow, ice40, simcheck
 
@@ -60,68 +62,8 @@ DEFAULTS: dict[str, Any] = {
 PPA_DEFAULTS: dict[str, Any] = {"cap": 1.5, "area_weight": 0.5, "depth_weight": 0.5}
 CORRECTNESS = ("equivalence", "tests")
 
-# The same runner the equivalence stage uses: libyosys from the pyosys wheel in the executor's Python (log to
-# SCRIPT.log, errors to stderr, exit 1 on error), else the `yosys` binary on PATH.
-YOSYS_RUNNER = (
-    "import os, sys\n"
-    "if os.path.isdir(sys.argv[2]):\n"
-    "    sys.path.insert(0, sys.argv[2])\n"
-    "try:\n"
-    "    from pyosys import libyosys as ys\n"
-    "except ImportError:\n"
-    "    try:\n"
-    "        import site\n"
-    "        site.main()\n"
-    "        from pyosys import libyosys as ys\n"
-    "    except ImportError:\n"
-    "        os.execvp('yosys', ['yosys', '-q', '-s', sys.argv[1]])\n"
-    "os.dup2(os.open(sys.argv[1] + '.log', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 1)\n"
-    "ys.run_pass('script ' + sys.argv[1], ys.Design())\n"
-)
-
 _ATTR_RE = re.compile(r"\(\*(?!\s*\))(.*?)\*\)", re.S)
 _ERROR_RE = re.compile(r"(?:([\w./+-]+:\d+(?:\.\d+(?:-\d+\.\d+)?)?):\s*)?ERROR:\s*(.*)$", re.M)
-
-
-@functools.cache
-def _pyosys_dir() -> str:
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec("pyosys")
-    except (ImportError, ValueError):
-        return ""
-    if spec is None or not spec.submodule_search_locations:
-        return ""
-    return os.path.dirname(next(iter(spec.submodule_search_locations)))
-
-
-@functools.cache
-def _pyosys_version() -> str:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version("pyosys")
-    except importlib.metadata.PackageNotFoundError:
-        return ""
-
-
-@functools.cache
-def _version(argv: tuple[str, ...]) -> str:
-    exe = shutil.which(argv[0])
-    if exe is None:
-        return "missing"
-    try:
-        out = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    text = (out.stdout + out.stderr).strip().splitlines()
-    return text[0][:80] if text else "unknown"
-
-
-def _missing(res: Any, tool: str) -> bool:
-    text = res.stderr or ""
-    return res.returncode == 127 or (f"execvp {tool}" in text and "No such file" in text)
 
 
 def _clean(text: str) -> str:
@@ -262,7 +204,7 @@ class SynthStage(Stage):
                 clean = safe_relpath(rel).as_posix()
             except UnsafePath:
                 clean = f"_unsafe_{i}.sv"
-            if not flow.SAFE_PATH_RE.match(clean):
+            if not SAFE_PATH_RE.match(clean):
                 clean = f"_unit_{i}{'.svh' if rel.lower().endswith(HEADER_EXTS) else '.sv'}"
             dest = work / "src" / clean
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -285,7 +227,7 @@ class SynthStage(Stage):
         incdirs = sorted({str(Path(u).parent) for u in names})
         text = flow.script(units, top, netlist_top, marks, liberty=liberty, nolatches=nolatches)
         text = text.replace(
-            "read_verilog -sv", "read_verilog -sv " + " ".join(f"-I {flow.check_path(d)}" for d in incdirs), 1
+            "read_verilog -sv", "read_verilog -sv " + " ".join(f"-I {check_path(d)}" for d in incdirs), 1
         )
         (work / "synth.ys").write_text(text)
         res = ctx.run(
@@ -398,7 +340,7 @@ class SynthStage(Stage):
         """('', mismatch or None) after a simulation; (why not, None) when it could not run."""
         elab = run.elab
         assert elab is not None
-        if any(not flow.IDENT_RE.match(n) for n in elab.ports) or any(
+        if any(not IDENT_RE.match(n) for n in elab.ports) or any(
             d == "inout" for d, _ in elab.ports.values()
         ):
             return "ports the testbench cannot drive (inout or escaped names)", None
@@ -548,7 +490,7 @@ class SynthStage(Stage):
             return self._result(Status.FAILED, "the answer has no Verilog/SystemVerilog file", "no-sources")
         reference = hdl(task.reference)
         top = str(opts.get("top") or top_of(task, reference, answer) or "")
-        if not flow.IDENT_RE.match(top):
+        if not IDENT_RE.match(top):
             return self._result(
                 Status.ERROR,
                 "cannot tell the design's top module; set the task's toplevel or stage.synth.options.top",

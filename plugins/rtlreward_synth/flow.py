@@ -8,7 +8,7 @@ still instantiates a module it does not define in full (a black box could hide a
 legalises every flip-flop to Yosys's CMOS cells (`dfflegalize`: enables and synchronous resets become gates), and
 writes the figures (`stat.json`, `ltp.txt`) and the gate-level netlist under a fresh module name (`netlist.v`).
 
-Only file names and identifiers checked here (`SAFE_PATH_RE`, `IDENT_RE`) are written into a script; the design's
+Only file names and identifiers checked by `rtlreward_hdl.yosys` (`SAFE_PATH_RE`, `IDENT_RE`) are written into a script; the design's
 text reaches Yosys only through `read_verilog`.
 """
 
@@ -22,8 +22,8 @@ from typing import Any
 
 import attrs
 
-IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+/-]*$")
+from rtlreward_hdl.yosys import check_ident, check_path
+
 SCRIPT_VERSION = "2"  # bump when the script or the figures' meaning changes (cached reference figures)
 
 # Transistors per cell after `dfflegalize`: Yosys's own CMOS table (`stat -tech cmos`, kernel/cost.h) for gates and
@@ -73,18 +73,6 @@ FF_TYPES = (
 LATCH_TYPES = ("$dlatch", "$adlatch", "$dlatchsr")
 # Markers the script logs to stderr after each phase, so a failure can be placed (names are ours, fresh per run).
 PHASES = ("read", "checked", "synthesised")
-
-
-def check_ident(name: str) -> str:
-    if not IDENT_RE.match(name):
-        raise ValueError(f"not a plain identifier: {name!r}")
-    return name
-
-
-def check_path(path: str) -> str:
-    if not SAFE_PATH_RE.match(path) or ".." in path.split("/"):
-        raise ValueError(f"not a safe script path: {path!r}")
-    return path
 
 
 def script(

@@ -19,8 +19,7 @@ from typing import Any
 
 from rtlreward.stage import StageContext, UnsafePath, safe_relpath
 from rtlreward_hdl.files import HEADER_EXTS, strip_comments
-
-from .flow import SAFE_PATH_RE, check_ident, check_path
+from rtlreward_hdl.yosys import SAFE_PATH_RE, check_ident, check_path
 
 _FMAX_RE = re.compile(r"Max frequency for clock '([^']*)': ([\d.]+) MHz")
 _DELAY_RE = re.compile(r"Max delay (.+?)\s*-> (.+?)\s*: ([\d.]+) ns")

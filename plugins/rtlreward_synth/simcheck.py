@@ -8,7 +8,7 @@ state); any other bit must agree. Where they disagree, synthesis built something
 an incomplete sensitivity list, a delay the logic relies on, a race between blocking assignments, a branch under
 `ifdef SYNTHESIS`, logic hidden from synthesis by a pragma.
 
-Port names reach the testbench only when they are plain identifiers (`flow.IDENT_RE`); the verdict line carries a
+Port names reach the testbench only when they are plain identifiers (`rtlreward_hdl.yosys.IDENT_RE`); the verdict line carries a
 per-run nonce the design cannot know.
 """
 
