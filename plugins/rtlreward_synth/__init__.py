@@ -32,9 +32,9 @@ import attrs
 from rtlreward import hookimpl
 from rtlreward.model import Diagnostic, StageResult, Status, Task
 from rtlreward.sandbox import resource_exhaustion
-from rtlreward.stage import Stage, StageContext, UnsafePath, safe_relpath
+from rtlreward.stage import Stage, StageContext
 from rtlreward_hdl.files import HDL_EXTS, HEADER_EXTS, strip_comments
-from rtlreward_hdl.yosys import IDENT_RE, SAFE_PATH_RE, YOSYS_RUNNER, check_path
+from rtlreward_hdl.yosys import IDENT_RE, YOSYS_RUNNER, check_path
 from rtlreward_hdl.yosys import missing_tool as _missing
 from rtlreward_hdl.yosys import pyosys_dir as _pyosys_dir
 from rtlreward_hdl.yosys import pyosys_version as _pyosys_version
@@ -196,22 +196,7 @@ class SynthStage(Stage):
         *,
         nolatches: bool,
     ) -> Run:
-        work.mkdir(parents=True, exist_ok=True)
-        names: dict[str, str] = {}
-        units: list[str] = []
-        for i, (rel, text) in enumerate(sorted(files.items())):
-            try:
-                clean = safe_relpath(rel).as_posix()
-            except UnsafePath:
-                clean = f"_unsafe_{i}.sv"
-            if not SAFE_PATH_RE.match(clean):
-                clean = f"_unit_{i}{'.svh' if rel.lower().endswith(HEADER_EXTS) else '.sv'}"
-            dest = work / "src" / clean
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_text(_clean(text), errors="backslashreplace")
-            names[f"src/{clean}"] = rel
-            if not rel.lower().endswith(HEADER_EXTS):
-                units.append(f"src/{clean}")
+        names, units = flow.write_sources(work, files, _clean)
         if not units:
             return Run(False, error="no Verilog/SystemVerilog source", error_kind="read")
         liberty = ""

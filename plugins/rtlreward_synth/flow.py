@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from rtlreward_hdl.yosys import check_ident, check_path
+from rtlreward.stage import UnsafePath, safe_relpath
+from rtlreward_hdl.files import HEADER_EXTS
+from rtlreward_hdl.yosys import SAFE_PATH_RE, check_ident, check_path
 
 SCRIPT_VERSION = "2"  # bump when the script or the figures' meaning changes (cached reference figures)
 
@@ -425,3 +427,28 @@ def figures(stat_path: Path, ltp_text: str, stat_lib: Path | None = None) -> Fig
     if lib_area is not None:
         return Figures(cells, ffs, latches, lib_area, depth, by_type, "liberty", lib_area)
     return Figures(cells, ffs, latches, area, depth, by_type)
+
+
+def write_sources(
+    work: Path, files: Mapping[str, str], clean: Callable[[str], str]
+) -> tuple[dict[str, str], list[str]]:
+    """Write a design's files under `work/src` for a Yosys script: each under its own relative path where that is
+    a safe script path, else a generated name; `clean` applied to each text. Returns (script path -> the file's own
+    path, the compilation units in order: every file but headers)."""
+    work.mkdir(parents=True, exist_ok=True)
+    names: dict[str, str] = {}
+    units: list[str] = []
+    for i, (rel, text) in enumerate(sorted(files.items())):
+        try:
+            name = safe_relpath(rel).as_posix()
+        except UnsafePath:
+            name = f"_unsafe_{i}.sv"
+        if not SAFE_PATH_RE.match(name):
+            name = f"_unit_{i}{'.svh' if rel.lower().endswith(HEADER_EXTS) else '.sv'}"
+        dest = work / "src" / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(clean(text), errors="backslashreplace")
+        names[f"src/{name}"] = rel
+        if not rel.lower().endswith(HEADER_EXTS):
+            units.append(f"src/{name}")
+    return names, units

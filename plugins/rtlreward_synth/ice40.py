@@ -17,9 +17,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rtlreward.stage import StageContext, UnsafePath, safe_relpath
-from rtlreward_hdl.files import HEADER_EXTS, strip_comments
-from rtlreward_hdl.yosys import SAFE_PATH_RE, check_ident, check_path
+from rtlreward.stage import StageContext
+from rtlreward_hdl.files import strip_comments
+from rtlreward_hdl.yosys import check_ident, check_path
+
+from .flow import write_sources
 
 _FMAX_RE = re.compile(r"Max frequency for clock '([^']*)': ([\d.]+) MHz")
 _DELAY_RE = re.compile(r"Max delay (.+?)\s*-> (.+?)\s*: ([\d.]+) ns")
@@ -40,20 +42,7 @@ def run(
     package = str(opts.get("ice40_package") or "ct256")
     if device not in DEVICES or not re.match(r"^[a-z0-9]+$", package):
         return {"error": f"unknown iCE40 device {device!r} or package {package!r}"}
-    work.mkdir(parents=True, exist_ok=True)
-    units = []
-    for i, (rel, text) in enumerate(sorted(files.items())):
-        try:
-            clean = safe_relpath(rel).as_posix()
-        except UnsafePath:
-            clean = f"_unsafe_{i}.sv"
-        if not SAFE_PATH_RE.match(clean):
-            clean = f"_unit_{i}.sv"
-        dest = work / "src" / clean
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(strip_comments(text), errors="backslashreplace")
-        if not rel.lower().endswith(HEADER_EXTS):
-            units.append(f"src/{clean}")
+    _, units = write_sources(work, files, strip_comments)
     incdirs = sorted({str(Path(u).parent) for u in units})
     mark = f"m{secrets.token_hex(8)}"
     script = "\n".join(
