@@ -91,7 +91,7 @@ def test_reap_stale_workspaces_removes_dead_owners_only(tmp_path):
     (dead / "d").mkdir()
     (dead / "d" / "f").write_text("x")
     (dead / "d").chmod(0)
-    host = reaper._host_hash()
+    host = reaper.host_hash()
     me, start = os.getpid(), proc_start_time(os.getpid())
     live = make_workspace("live", tmp_path)
     reused = tmp_path / f"rtlreward-t-abcdefgh.o{me}-{start + 1}-{host}"  # our pid, another start time

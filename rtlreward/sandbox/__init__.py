@@ -18,6 +18,13 @@ import attrs
 MAX_OUTPUT_BYTES = 1 << 20
 
 
+def truncate_output(data: bytes, dropped: int = 0) -> tuple[str, bool]:
+    """A command's output as text, cut at MAX_OUTPUT_BYTES (and marked so when cut or when some was dropped)."""
+    if len(data) > MAX_OUTPUT_BYTES or dropped:
+        return data[:MAX_OUTPUT_BYTES].decode(errors="replace") + "\n[output truncated]", True
+    return data.decode(errors="replace"), False
+
+
 @attrs.frozen(slots=True)
 class Limits:
     """Per-command limits. Every command gets all of them; None falls back to the executor's default."""

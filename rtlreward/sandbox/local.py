@@ -80,7 +80,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from rtlreward.sandbox import MAX_OUTPUT_BYTES, CommandResult, Limits
+from rtlreward.sandbox import MAX_OUTPUT_BYTES, CommandResult, Limits, truncate_output
+from rtlreward.sandbox.cells import SERVER as CELL_SERVER
+from rtlreward.sandbox.cells import Cell, CellPool
+from rtlreward.sandbox.cells import wanted as warm_wanted
+from rtlreward.sandbox.naming import make_workspace
 
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 RUN_MARKER = "RTLREWARD_SANDBOX_RUN"  # env var carried by every process of one run (no-bwrap cleanup)
@@ -100,12 +104,6 @@ Route = Literal["privileged", "userns"]
 
 _warned: set[str] = set()
 _warned_no_bwrap = False
-
-
-def _truncate(data: bytes, dropped: int = 0) -> tuple[str, bool]:
-    if len(data) > MAX_OUTPUT_BYTES or dropped:
-        return data[:MAX_OUTPUT_BYTES].decode(errors="replace") + "\n[output truncated]", True
-    return data.decode(errors="replace"), False
 
 
 class LocalExecutor:
@@ -131,6 +129,7 @@ class LocalExecutor:
         extra_path: Sequence[str] = (),
         hide: Sequence[str | Path] | None = None,
         drop_privileges: bool | None = None,
+        warm: bool | None = None,
     ) -> None:
         self.is_root = os.geteuid() == 0
         self.drop_privileges = drop_privileges
@@ -187,6 +186,50 @@ class LocalExecutor:
         self._running: dict[str, dict[int, str]] = {}
         self._cancelled: set[str] = set()
         self._running_lock = threading.Lock()
+        # Warm sandbox cells (rtlreward.sandbox.cells): workspaces made by `make_workspace` live in one, whose
+        # commands then run as forked jobs of a sandbox set up once. Needs bubblewrap (a PID namespace).
+        self._cells: CellPool | None = None
+        if self.bwrap and warm_wanted(True if warm is None else bool(warm)):
+            self._cells = CellPool(self._spawn_cell, hand_over, remove_workspace)
+
+    # -- warm cells (rtlreward.sandbox.cells) ----------------------------------------------------------------------
+    def _spawn_cell(
+        self, slot: Path, read_only: list[str], path_prepend: list[str], limits: Limits, first: bool
+    ) -> Spawned:
+        return self.spawn(
+            [self.python, "-I", "-S", str(CELL_SERVER)],
+            workspace=slot,
+            limits=limits,
+            read_only=[Path(p) for p in read_only],
+            path_prepend=path_prepend,
+            hand_over_folder=first,
+        )
+
+    def make_workspace(self, task_id: str, root: str | os.PathLike[str] | None = None) -> Path:
+        """A fresh private folder for one candidate (as `rtlreward.sandbox.reaper.make_workspace`), inside a warm
+        sandbox cell when cells are on: its commands then run there until `release_workspace`."""
+        if self._cells is None:
+            return make_workspace(task_id, root)
+        return self._cells.make_workspace(task_id, root)
+
+    def release_workspace(self, workspace: Path) -> None:
+        """The caller is done with `workspace` (removed it, or keeps it: then it is moved out of the cell)."""
+        if self._cells is not None:
+            self._cells.release_workspace(workspace)
+
+    def size_pool(self, slots: int, *, root: str | os.PathLike[str] | None = None) -> None:
+        """Up to `slots` candidates scored at once (an engine passes its jobs): as many warm cells."""
+        if self._cells is not None:
+            self._cells.size(slots)
+
+    def stats(self) -> dict[str, int]:
+        """Counters of the warm cells: `warm` (commands run as a cell's job), `cells` (started), `fallback`, ..."""
+        return self._cells.stats() if self._cells is not None else {}
+
+    def close(self) -> None:
+        """End every warm cell (new ones start when asked for)."""
+        if self._cells is not None:
+            self._cells.close()
 
     def cancel(self, workspace: Path) -> int:
         """Kill now every command running in `workspace` (or a folder inside it), and refuse new ones there: for
@@ -198,6 +241,8 @@ class LocalExecutor:
             doomed = [(pg, m) for w, runs in self._running.items() if _under(w, ws) for pg, m in runs.items()]
         for pgid, marker in doomed:
             self._kill(pgid, marker)
+        if self._cells is not None:
+            self._cells.cancel(ws)
         return len(doomed)
 
     def _is_cancelled(self, workspace: str) -> bool:
@@ -309,6 +354,27 @@ class LocalExecutor:
             tail = [*_setpriv_argv(self.setpriv, uid), *argv]
         return [*cmd, "--chdir", str(cwd), "--", *tail]
 
+    def _cell_fits(
+        self, cell: Cell, workspace: Path, read_only: Sequence[Path], path_prepend: Sequence[str]
+    ) -> bool:
+        """Whether the cell's mount tree already holds the command's read-only folders and PATH entries (it may
+        hold more: folders other commands asked for, read-only). One it lacks, outside the workspace, is learned
+        for the cells started next; a read-only folder inside the workspace always needs a sandbox of its own."""
+        if not read_only and not path_prepend:
+            return True
+        ro_cell = [Path(p) for p in cell.read_only]
+        have = self._filesystem(workspace, ro_cell, cell.path_prepend, None)
+        if (
+            self._filesystem(workspace, [*ro_cell, *read_only], [*cell.path_prepend, *path_prepend], None)
+            == have
+        ):
+            return True
+        ws = str(workspace)
+        outside = [os.path.abspath(p) for p in read_only]
+        if self._cells is not None and not any(_under(p, ws) or _under(ws, p) for p in outside):
+            self._cells.learn(outside, [os.path.abspath(p) for p in path_prepend])
+        return False
+
     def _sandbox_uid_wanted(
         self, workspace: Path, read_only: Sequence[Path], path_prepend: Sequence[str]
     ) -> bool:
@@ -373,10 +439,25 @@ class LocalExecutor:
             if not _under(str(cwd), str(workspace)):
                 raise ValueError(f"cwd {cwd} is outside the workspace {workspace}")
             sandbox_cwd = cwd
+        cell = self._cells.serving(workspace) if self._cells is not None else None
+        if (
+            cell is not None
+            and not binds
+            and not limits.network
+            and self._cell_fits(cell, workspace, read_only, path_prepend)
+        ):
+            env_ = self._env(workspace, env, path_prepend)
+            res = self._cells.run(cell, list(argv), workspace, Path(cwd), env_, limits, stdin)
+            if res is not None:
+                return res
+            if self._is_cancelled(str(workspace)):
+                return CommandResult(
+                    argv=tuple(argv), returncode=-9, stderr=CANCELLED, timed_out=True, sandboxed=True
+                )
+        # Commands of one candidate share a uid: in a cell, the cell's (leased for its slot).
+        key = str(cell.slot) if cell is not None else str(workspace)
         lease = (
-            _slots().acquire(str(workspace))
-            if self._sandbox_uid_wanted(workspace, read_only, path_prepend)
-            else None
+            _slots().acquire(key) if self._sandbox_uid_wanted(workspace, read_only, path_prepend) else None
         )
         try:
             return self._run(
@@ -471,8 +552,8 @@ class LocalExecutor:
                     self._running.pop(key, None)
             self._kill(proc.pid, marker)  # stragglers a command left behind (daemonised children)
             proc.wait()
-        stdout, t1 = _truncate(out, dropped[0])
-        stderr, t2 = _truncate(err, dropped[1])
+        stdout, t1 = truncate_output(out, dropped[0])
+        stderr, t2 = truncate_output(err, dropped[1])
         if self._is_cancelled(key):  # killed by `cancel`: the caller's doing, not the command's
             timed_out, stderr = True, (stderr + "\n" if stderr else "") + CANCELLED
         return CommandResult(
@@ -503,21 +584,30 @@ class LocalExecutor:
         workspace: Path,
         limits: Limits,
         env: Mapping[str, str] | None = None,
+        read_only: Sequence[Path] = (),
+        path_prepend: Sequence[str] = (),
+        hand_over_folder: bool = True,
     ) -> Spawned:
         """Start `argv` as a long-lived process in a sandbox of its own (the same file system, namespaces, uid and
         rlimits as `run`; `limits.timeout` is not applied: the caller owns the process and bounds what it asks of
         it). `workspace` is the process's only writable folder, created empty by the caller and removed by
         `Spawned.close`. Pipes on stdin and stdout; stderr is discarded. For servers that hold a warm tool and
-        fork a child per job (the equivalence stage's Yosys): each job's limits are theirs to set."""
+        fork a child per job (the equivalence stage's Yosys): each job's limits are theirs to set.
+        `hand_over_folder=False`: the folder is already set up for the uid leased for it (a second server of a warm
+        cell in a slot that holds a candidate's workspace) and is not touched."""
         if not self.bwrap:
             raise RuntimeError("spawn needs bubblewrap (a PID namespace of its own)")
         workspace = Path(workspace).resolve()
-        lease = _slots().acquire(str(workspace)) if self._sandbox_uid_wanted(workspace, (), ()) else None
+        lease = (
+            _slots().acquire(str(workspace))
+            if self._sandbox_uid_wanted(workspace, read_only, path_prepend)
+            else None
+        )
         try:
             uid = lease.uid if lease is not None else None
-            if uid is not None:
+            if uid is not None and hand_over_folder:
                 hand_over(workspace, uid)
-            full = self._argv(argv, workspace, workspace, limits, (), (), None, uid)
+            full = self._argv(argv, workspace, workspace, limits, read_only, path_prepend, None, uid)
             user = uid if uid is not None and self.route != "privileged" else None
             preexec: Callable[[], None] | None = _limiter(limits)
             prlimit = _prlimit() if self.is_root and user is None else None
@@ -554,7 +644,18 @@ class Spawned:
         self._closed = False
         self._lock = threading.Lock()
 
-    def close(self) -> None:
+    @property
+    def uid(self) -> int | None:
+        """The sandbox uid the process runs as (None: the caller's own)."""
+        return self._lease.uid if self._lease is not None else None
+
+    def kill(self) -> None:
+        """Kill the process and its sandbox now, leaving its pipes open (another thread may be reading them: a
+        pipe closed under a reader lets its descriptor number be reused by the next one opened). `close` after."""
+        _kill_group(self.proc.pid)
+
+    def close(self, remove: bool = True) -> None:
+        """`remove=False` keeps the folder (a warm cell's slot that still holds a candidate's workspace)."""
         with self._lock:
             if self._closed:
                 return
@@ -568,7 +669,8 @@ class Spawned:
             self.proc.wait(timeout=5)
         if self._lease is not None:
             self._lease.release(lambda: _reclaim(self.workspace), kill=True)
-        remove_workspace(self.workspace)
+        if remove:
+            remove_workspace(self.workspace)
 
 
 class _Spawner:

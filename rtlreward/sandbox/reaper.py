@@ -21,17 +21,21 @@ their containers go once their deadline has passed.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
-import re
-import socket
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from rtlreward.sandbox.naming import (
+    WORKSPACE_RE,
+    host_hash,
+    host_name,
+    make_workspace,
+    proc_start_time,
+    workspace_root,
+)
 from rtlreward.sandbox.users import sandbox_user
 
 __all__ = [
@@ -54,20 +58,6 @@ LABEL = "rtlreward"
 # Seconds between a container's own time limit and the deadline on its label: start-up, log flushing and a
 # busy machine's scheduling must never let the reaper remove a container its live owner is still reading.
 DEADLINE_GRACE = 60
-_WORKSPACE_RE = re.compile(r"^rtlreward-.*\.o(\d+)-(\d*)-([0-9a-f]{8})$")
-
-
-def proc_start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat), or None when it is
-    unknown (no such process, no /proc)."""
-    try:
-        data = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    try:  # the command name (field 2) may hold spaces and parentheses: split after the LAST ')'
-        return int(data[data.rindex(b")") + 2 :].split()[19])
-    except (ValueError, IndexError):
-        return None
 
 
 def _zombie(pid: int) -> bool:
@@ -96,20 +86,6 @@ def owner_alive(pid: int, start: int | None = None) -> bool:
         if now is not None and now != start:  # the pid was reused by a younger process
             return False
     return True
-
-
-_HOST: str | None = None
-
-
-def host_name() -> str:
-    global _HOST
-    if _HOST is None:
-        _HOST = socket.gethostname()
-    return _HOST
-
-
-def _host_hash() -> str:
-    return hashlib.sha256(host_name().encode()).hexdigest()[:8]
 
 
 def boot_id() -> str:
@@ -235,24 +211,6 @@ def reap_containers_once(client: Any = None) -> int:
     return reap_containers(client)
 
 
-def workspace_root(root: str | os.PathLike[str] | None = None) -> Path:
-    """The folder workspaces are made in: `root`, else $RTLREWARD_WORKSPACE_DIR, else the temp dir."""
-    return Path(root or os.environ.get("RTLREWARD_WORKSPACE_DIR") or tempfile.gettempdir())
-
-
-def make_workspace(task_id: str, root: str | os.PathLike[str] | None = None) -> Path:
-    """A fresh private folder (0700) for one candidate of `task_id` under `root` ($RTLREWARD_WORKSPACE_DIR or
-    the temp dir when None), named after its owner so `reap_stale_workspaces` can remove it once this process
-    is gone."""
-    base = workspace_root(root)
-    base.mkdir(parents=True, exist_ok=True)
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", task_id)[:40] or "task"
-    pid = os.getpid()
-    start = proc_start_time(pid)
-    suffix = f".o{pid}-{'' if start is None else start}-{_host_hash()}"
-    return Path(tempfile.mkdtemp(prefix=f"rtlreward-{slug}-", suffix=suffix, dir=base))
-
-
 def _own_uids() -> set[int]:
     uids = {os.getuid()}
     if os.getuid() == 0:  # the docker executor hands a root caller's workspaces to the sandbox user
@@ -288,9 +246,9 @@ def reap_stale_workspaces(root: str | os.PathLike[str] | None = None, *, prefix:
         entries = list(os.scandir(base))
     except OSError:
         return 0
-    host, uids, gone = _host_hash(), _own_uids(), 0
+    host, uids, gone = host_hash(), _own_uids(), 0
     for entry in entries:
-        m = _WORKSPACE_RE.match(entry.name)
+        m = WORKSPACE_RE.match(entry.name)
         if m is None or not entry.name.startswith(prefix) or m.group(3) != host:
             continue
         try:

@@ -1,0 +1,309 @@
+"""The process inside a warm sandbox cell (`rtlreward.sandbox.cells`): runs one command at a time, as a forked job.
+
+Started by the local executor inside a bubblewrap sandbox of its own (the executor's file system, a leased sandbox
+uid, no network, no capabilities, no_new_privs, its own PID namespace), whose only writable folder is the cell's
+slot, where the candidate's workspace lives. Run as `python -I -S cell_server.py`; the standard library only.
+
+Protocol (one job at a time): the first line written is {"ready": true, "pid": N}. A request is one JSON line on
+stdin: {"argv": [...], "cwd": path, "env": {...}, "timeout": s, "rlimits": {"as": bytes, "fsize": bytes,
+"nproc": n} (absent or null: not set), "stdin": base64 or null, "cap": bytes kept per stream}. The answer is one
+JSON line on stdout: {"rc", "stdout", "stderr" (base64, at most `cap` + 1 bytes each), "dropped": [n, n],
+"timed_out", "seconds", "exec_error"}.
+
+Per job, the same as a command of its own sandbox would get: a child in its own session and process group with
+the limits set before exec (address space, file size, processes, no core), SIGPIPE and SIGXFSZ back to their
+defaults, the given environment and folder, stdin/stdout/stderr on pipes (output past the cap is read and
+dropped); the wall clock enforced here (the group killed at the limit). When the command ends (or at the limit)
+every other process this server may signal is killed (`kill(-1)`: the PID namespace holds only this server and the
+job, so whatever the job left running, daemonised or not, dies before the answer is written), and the sandbox's
+own scratch folders (/tmp, /dev/shm) are emptied: nothing of one job is there for the next. This process is not
+dumpable, so a job (same uid) cannot ptrace it or reach its pipes through /proc; a job that kills it ends the
+cell (the executor replaces it and runs the command on its own).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import json
+import os
+import resource
+import selectors
+import shutil
+import signal
+import sys
+import time
+
+SCRATCH = ("/tmp", "/dev/shm")
+DRAIN_GRACE = 0.5  # seconds of reading the pipes after the command ended or was killed
+_WAKE = [-1]  # the read end of the signal wake-up pipe (SIGCHLD)
+_LIMITS = (("as", resource.RLIMIT_AS), ("fsize", resource.RLIMIT_FSIZE), ("nproc", resource.RLIMIT_NPROC))
+_DEFAULT_SIGNALS = (
+    signal.SIGPIPE,
+    signal.SIGXFSZ,
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGALRM,
+    signal.SIGCHLD,
+)
+
+
+def _kill_others() -> None:
+    """SIGKILL to every process this one may signal but itself (and the namespace's init), until none is left."""
+    for _ in range(50):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.001)
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+
+
+def _own_pid_namespace() -> bool:
+    """Whether PID 1 here is bubblewrap's init: only then does `kill(-1)` reach just the jobs' processes."""
+    try:
+        with open("/proc/1/cmdline", "rb") as fh:
+            first = fh.read().split(b"\0")[0]
+    except OSError:
+        return False
+    return os.path.basename(first) == b"bwrap"
+
+
+def _clear(root: str, keep: str) -> None:
+    """Remove everything in `root` (the job's uid owns all of it: only the job's processes wrote there) but
+    `keep` and the folders on the way to it: the cell's slot, where the candidate's workspace lives, lies under
+    the sandbox's /tmp when the workspaces do under the host's."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(root, name)
+        if path == keep or keep.startswith(path + os.sep):
+            if path != keep:
+                _clear(path, keep)
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def _child(job: dict, fds: tuple[int, int, int]) -> None:
+    """In the forked child: never returns."""
+    try:
+        os.setsid()
+        for sig in _DEFAULT_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        limits = job.get("rlimits") or {}
+        for key, which in _LIMITS:
+            value = limits.get(key)
+            if value:
+                with contextlib.suppress(ValueError, OSError):
+                    resource.setrlimit(which, (int(value), int(value)))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        os.chdir(job["cwd"])
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        os.closerange(3, 1 << 16)
+        argv = [str(a) for a in job["argv"]]
+        os.execvpe(argv[0], argv, {str(k): str(v) for k, v in job["env"].items()})
+    except BaseException as exc:  # reported as the command's own failure to start (exit 127, as a shell does)
+        with contextlib.suppress(BaseException):
+            os.write(2, f"cannot run {job['argv'][0]!r}: {exc}\n".encode(errors="replace"))
+        os._exit(127)
+
+
+def own_limits() -> dict[str, int | None]:
+    """This process's hard limits (None: unlimited), which every job inherits."""
+    out: dict[str, int | None] = {}
+    for key, which in _LIMITS:
+        hard = resource.getrlimit(which)[1]
+        out[key] = None if hard == resource.RLIM_INFINITY else hard
+    return out
+
+
+def _which(name: str, path: str, cwd: str) -> str | None:
+    """What execvpe would run for `name` with PATH `path` (its first executable match)."""
+    if "/" in name:
+        return name
+    for d in path.split(":"):
+        full = os.path.join(d or cwd, name)
+        if os.path.isfile(full) and os.access(full, os.X_OK):
+            return full
+    return None
+
+
+def _spawn(job: dict, fds: tuple[int, int, int], slot: str) -> int | None:
+    """The command started without a copy of this process (posix_spawn: vfork and exec) when its limits are the
+    ones it inherits from here anyway; None when they are lower (the fork path sets them) or it cannot start."""
+    wanted = job.get("rlimits") or {}
+    mine = own_limits()
+    if any((wanted.get(k) or None) != mine[k] for k, _ in _LIMITS):
+        return None
+    env = {str(k): str(v) for k, v in job["env"].items()}
+    argv = [str(a) for a in job["argv"]]
+    try:
+        os.chdir(job["cwd"])
+    except OSError:
+        return None
+    try:
+        path = _which(argv[0], env.get("PATH", ""), job["cwd"])
+        if path is None:
+            return None
+        return os.posix_spawn(
+            path,
+            argv,
+            env,
+            file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(fds)],
+            setsid=True,
+            setsigdef=_DEFAULT_SIGNALS,
+            setsigmask=(),
+        )
+    except OSError:
+        return None
+    finally:
+        os.chdir(slot)
+
+
+def run_job(job: dict, slot: str) -> dict:
+    cap = int(job.get("cap") or (1 << 20))
+    stdin = base64.b64decode(job["stdin"]) if job.get("stdin") is not None else None
+    in_r, in_w = os.pipe() if stdin is not None else (os.open(os.devnull, os.O_RDONLY), -1)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    start = time.monotonic()
+    deadline = start + float(job["timeout"])
+    pid = _spawn(job, (in_r, out_w, err_w), slot)
+    if pid is None:
+        pid = os.fork()
+        if pid == 0:
+            _child(job, (in_r, out_w, err_w))
+    for fd in (in_r, out_w, err_w):
+        os.close(fd)
+    sel = selectors.DefaultSelector()
+    bufs = {out_r: bytearray(), err_r: bytearray()}
+    dropped = {out_r: 0, err_r: 0}
+    for fd in bufs:
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ)
+    view = memoryview(stdin) if stdin else None
+    if in_w >= 0:
+        if view is None:
+            os.close(in_w)
+        else:
+            os.set_blocking(in_w, False)
+            sel.register(in_w, selectors.EVENT_WRITE)
+    wake = _WAKE[0]
+    sel.register(
+        wake, selectors.EVENT_READ
+    )  # SIGCHLD: the command's exit is seen at once, not at the next poll
+    status: int | None = None
+    timed_out = False
+    ended_at: float | None = None
+    while len(sel.get_map()) > 1:
+        now = time.monotonic()
+        if status is None:
+            got, st = os.waitpid(pid, os.WNOHANG)
+            if got == pid:
+                status, ended_at = st, now
+                _kill_others()  # what it left behind goes now, so the pipes close
+        if status is None and ended_at is None and now >= deadline:
+            timed_out, ended_at = True, now
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+            status = os.waitpid(pid, 0)[1]
+            _kill_others()
+        if ended_at is not None and now >= ended_at + DRAIN_GRACE:
+            break
+        limit = deadline if ended_at is None else ended_at + DRAIN_GRACE
+        # The command's exit is seen by waitpid (woken by SIGCHLD), not by the pipes (a leftover may hold them).
+        for key, _ in sel.select(timeout=max(0.0, min(limit - now, 0.05))):
+            fd = key.fileobj
+            if fd == wake:
+                with contextlib.suppress(OSError):
+                    while os.read(wake, 4096):
+                        pass
+                continue
+            if fd == in_w:
+                try:
+                    n = os.write(in_w, view[:65536])
+                    view = view[n:]
+                except OSError:
+                    view = view[:0]
+                if not view:
+                    sel.unregister(in_w)
+                    os.close(in_w)
+                continue
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                sel.unregister(fd)
+                continue
+            buf = bufs[fd]
+            room = cap + 1 - len(buf)
+            if room > 0:
+                buf += chunk[:room]
+            dropped[fd] += max(0, len(chunk) - max(room, 0))
+    sel.unregister(wake)
+    for fd in list(sel.get_map()):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    sel.close()
+    for fd in (out_r, err_r):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    if status is None:
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+        status = os.waitpid(pid, 0)[1]
+    _kill_others()
+    for scratch in SCRATCH:
+        if os.path.isdir(scratch):
+            _clear(scratch, slot)
+    return {
+        "rc": os.waitstatus_to_exitcode(status),
+        "stdout": base64.b64encode(bytes(bufs[out_r])).decode(),
+        "stderr": base64.b64encode(bytes(bufs[err_r])).decode(),
+        "dropped": [dropped[out_r], dropped[err_r]],
+        "timed_out": timed_out,
+        "seconds": time.monotonic() - start,
+    }
+
+
+def serve() -> int:
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+    if not _own_pid_namespace():
+        sys.stderr.write("cell_server: refusing to run outside a PID namespace of its own (bubblewrap)\n")
+        return 2
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(w)
+    _WAKE[0] = r
+    proto_in = sys.stdin.buffer
+    proto_out = sys.stdout.buffer
+    proto_out.write(json.dumps({"ready": True, "pid": os.getpid(), "limits": own_limits()}).encode() + b"\n")
+    proto_out.flush()
+    slot = os.path.realpath(os.getcwd())  # the cell's only writable folder: the workspaces' home
+    for line in proto_in:
+        answer = run_job(json.loads(line), slot)
+        proto_out.write(json.dumps(answer).encode() + b"\n")
+        proto_out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(serve())

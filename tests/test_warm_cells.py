@@ -1,0 +1,264 @@
+"""Warm sandbox cells (rtlreward.sandbox.cells): a candidate's commands run as forked jobs of one long-lived
+bubblewrap sandbox, with every guarantee a sandbox per command gave. Real bubblewrap, real tools."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from rtlreward.sandbox import MAX_OUTPUT_BYTES, Limits
+from rtlreward.sandbox.local import LocalExecutor, remove_workspace
+
+pytestmark = pytest.mark.skipif(
+    LocalExecutor(warm=False).bwrap is None, reason="warm cells need bubblewrap"
+)
+
+
+@pytest.fixture
+def ex(monkeypatch, tmp_path):
+    monkeypatch.delenv("RTLREWARD_WARM_SANDBOX", raising=False)
+    monkeypatch.setenv("RTLREWARD_WORKSPACE_DIR", str(tmp_path / "ws"))
+    executor = LocalExecutor()
+    yield executor
+    executor.close()
+
+
+def _done(ex: LocalExecutor, ws: Path) -> None:
+    remove_workspace(ws)
+    ex.release_workspace(ws)
+
+
+def test_a_candidates_commands_run_as_jobs_of_its_cell(ex):
+    ws = ex.make_workspace("t")
+    (ws / "in.txt").write_text("hello\n")
+    first = ex.run(["sh", "-c", "cat in.txt; echo out > out.txt; echo err >&2; exit 3"], workspace=ws)
+    assert (first.returncode, first.stdout, first.stderr) == (3, "hello\n", "err\n")
+    assert first.sandboxed and not first.timed_out
+    assert (ws / "out.txt").read_text() == "out\n"  # written where the host reads it
+    fed = ex.run(["cat"], workspace=ws, stdin="from stdin")
+    assert fed.stdout == "from stdin"
+    assert ex.stats().get("warm") == 2 and ex.stats().get("cells") == 1
+    _done(ex, ws)
+    ws2 = ex.make_workspace("t")
+    ex.run(["true"], workspace=ws2)
+    assert ex.stats().get("cells") == 1 and ex.stats().get("warm") == 3  # the next candidate, the same cell
+    _done(ex, ws2)
+
+
+def test_without_cells_every_command_has_a_sandbox_of_its_own(monkeypatch, tmp_path):
+    monkeypatch.setenv("RTLREWARD_WARM_SANDBOX", "0")
+    monkeypatch.setenv("RTLREWARD_WORKSPACE_DIR", str(tmp_path))
+    ex = LocalExecutor()
+    ws = ex.make_workspace("t")
+    assert ex.run(["true"], workspace=ws).ok and ex.stats() == {}
+    _done(ex, ws)
+
+
+def test_nothing_a_job_leaves_running_or_in_tmp_reaches_the_next_job(ex):
+    ws = ex.make_workspace("t")
+    left = ex.run(
+        ["sh", "-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!; echo x >/tmp/left; echo y >/dev/shm/left 2>/dev/null; true"],
+        workspace=ws,
+    )
+    pid = left.stdout.strip()
+    assert left.ok and pid.isdigit()
+    seen = ex.run(
+        ["sh", "-c", f"kill -0 {pid} 2>/dev/null && echo ALIVE; ls -A /tmp /dev/shm; ps -e 2>/dev/null | wc -l"],
+        workspace=ws,
+    )
+    assert "ALIVE" not in seen.stdout
+    assert "left" not in seen.stdout
+    assert ex.stats().get("warm") == 2
+    _done(ex, ws)
+
+
+def test_the_time_limit_kills_the_job_and_its_group(ex):
+    ws = ex.make_workspace("t")
+    t0 = time.monotonic()
+    res = ex.run(["sh", "-c", "sleep 30 & sleep 30"], workspace=ws, limits=Limits(timeout=0.5))
+    assert res.timed_out and not res.ok
+    assert time.monotonic() - t0 < 5
+    after = ex.run(["echo", "next"], workspace=ws)
+    assert after.stdout == "next\n"
+    _done(ex, ws)
+    assert ex.stats().get("ended: retired") == 1  # a cell whose job ran out of time is not lent again
+
+
+def test_output_past_the_cap_is_dropped(ex):
+    ws = ex.make_workspace("t")
+    res = ex.run(["sh", "-c", "head -c 8000000 /dev/zero | tr '\\0' a"], workspace=ws)
+    assert res.truncated and len(res.stdout) <= MAX_OUTPUT_BYTES + 100
+    assert ex.stats().get("warm") == 1
+    _done(ex, ws)
+
+
+@pytest.mark.parametrize(
+    "argv, limits",
+    [
+        (["python3", "-c", "b = bytearray(600 * 1024 * 1024)"], Limits(memory_mb=256)),
+        (["sh", "-c", "head -c 3000000 /dev/zero > big"], Limits(file_size_mb=1)),
+        (["sh", "-c", "for i in 1 2 3 4 5 6 7 8; do sleep 1 & done; wait"], Limits(pids=4)),
+    ],
+    ids=["memory", "file-size", "processes"],
+)
+def test_limits_hold_as_in_a_sandbox_of_its_own(ex, tmp_path, argv, limits):
+    """A job's limits are lower than the cell's: it gets them in its own process (the fork path), and fails
+    exactly as the same command in a sandbox of its own."""
+    ws = ex.make_workspace("t")
+    warm = ex.run(argv, workspace=ws, limits=limits)
+    assert ex.stats().get("warm") == 1
+    cold_ex = LocalExecutor(warm=False)
+    cold_ws = tmp_path / "cold"
+    cold_ws.mkdir()
+    cold = cold_ex.run(argv, workspace=cold_ws, limits=limits)
+    assert not warm.ok and not cold.ok
+    assert warm.returncode == cold.returncode
+    _done(ex, ws)
+
+
+def test_a_job_that_kills_the_cell_is_run_again_in_a_sandbox_of_its_own(ex):
+    ws = ex.make_workspace("t")
+    res = ex.run(["sh", "-c", "kill -9 -1; echo done"], workspace=ws)  # the server runs as the same uid
+    assert res.ok and res.stdout == "done\n"
+    assert ex.stats().get("fallback") == 1 and ex.stats().get("ended: no answer") == 1
+    assert ex.run(["echo", "still"], workspace=ws).stdout == "still\n"  # the rest of the candidate: one-shot
+    _done(ex, ws)
+    ws2 = ex.make_workspace("t")
+    assert ex.run(["true"], workspace=ws2).ok
+    assert ex.stats().get("cells") == 2  # the next candidate gets a new cell
+    _done(ex, ws2)
+
+
+def test_a_job_cannot_reach_the_servers_pipes(ex):
+    ws = ex.make_workspace("t")
+    res = ex.run(
+        [
+            "sh",
+            "-c",
+            # the needle is built at run time: this script's own command line must not match it
+            "n=cell; n=${n}_server; for p in /proc/[0-9]*; do if grep -q $n $p/cmdline 2>/dev/null; then "
+            "echo server $p; ls $p/fd >/dev/null 2>&1 && echo REACHED; fi; done",
+        ],
+        workspace=ws,
+    )
+    assert "server" in res.stdout and "REACHED" not in res.stdout  # the server, and bubblewrap's init (root's)
+    _done(ex, ws)
+
+
+def test_the_slot_holds_only_the_workspace_and_is_not_writable(ex):
+    ws = ex.make_workspace("t")
+    res = ex.run(["sh", "-c", "ls -A ..; touch ../planted && echo PLANTED"], workspace=ws)
+    assert res.stdout.split() == [ws.name]
+    assert "PLANTED" not in res.stdout
+    assert not (ws.parent / "planted").exists()
+    _done(ex, ws)
+
+
+def test_cancel_kills_a_running_job(ex):
+    ws = ex.make_workspace("t")
+    box = {}
+
+    def run():
+        box["res"] = ex.run(["sleep", "30"], workspace=ws, limits=Limits(timeout=60))
+
+    t = threading.Thread(target=run)
+    t0 = time.monotonic()
+    t.start()
+    time.sleep(0.5)
+    ex.cancel(ws)
+    t.join(10)
+    assert not t.is_alive() and time.monotonic() - t0 < 10
+    assert box["res"].timed_out and "cancelled" in box["res"].stderr
+    _done(ex, ws)
+
+
+def test_concurrent_commands_of_one_candidate_share_its_uid(ex):
+    """One job at a time per cell: the other command runs in a sandbox of its own, as the same uid, so both
+    can write the workspace and read what the other wrote."""
+    ws = ex.make_workspace("t")
+    out = {}
+
+    def run(name):
+        out[name] = ex.run(["sh", "-c", f"sleep 0.5; echo {name} > {name}.txt; id -u"], workspace=ws)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert out["a"].ok and out["b"].ok
+    assert out["a"].stdout == out["b"].stdout
+    assert ex.stats().get("warm") == 1
+    both = ex.run(["sh", "-c", "cat a.txt b.txt; echo c >> a.txt && echo appended"], workspace=ws)
+    assert both.stdout == "a\nb\nappended\n"
+    # The contention started a second server in the cell: the next two concurrent commands both run warm, each in
+    # its own PID namespace (what one leaves running is not the other's to see).
+    for _ in range(100):
+        if ex.stats().get("servers"):
+            break
+        time.sleep(0.05)
+    assert ex.stats().get("servers") == 1
+    warm_before = ex.stats()["warm"]
+    threads = [threading.Thread(target=run, args=(n,)) for n in ("c", "d")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert out["c"].ok and out["d"].ok and ex.stats()["warm"] == warm_before + 2
+    _done(ex, ws)
+
+
+def test_a_command_needing_another_mount_runs_alone_then_later_cells_have_it(ex, tmp_path):
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "note.txt").write_text("tool data\n")
+    ws = ex.make_workspace("t")
+    first = ex.run(["cat", str(tools / "note.txt")], workspace=ws, read_only=[tools])
+    assert first.stdout == "tool data\n" and not ex.stats().get("warm")
+    assert "cat" not in ex.run(["ls", str(tools)], workspace=ws).stdout  # the cell does not show it
+    _done(ex, ws)
+    ws2 = ex.make_workspace("t")
+    again = ex.run(["cat", str(tools / "note.txt")], workspace=ws2, read_only=[tools])
+    assert again.stdout == "tool data\n" and ex.stats().get("warm") == 2
+    assert ex.stats().get("ended: new mounts were learned") == 1
+    _done(ex, ws2)
+
+
+def test_a_read_only_folder_inside_the_workspace_needs_its_own_sandbox(ex):
+    ws = ex.make_workspace("t")
+    frozen = ws / "harness"
+    frozen.mkdir()
+    (frozen / "tb.v").write_text("// tb\n")
+    res = ex.run(["sh", "-c", "echo x > harness/tb.v || echo REFUSED"], workspace=ws, read_only=[frozen])
+    assert "REFUSED" in res.stdout + res.stderr or res.returncode != 0
+    assert (frozen / "tb.v").read_text() == "// tb\n"
+    assert not ex.stats().get("warm")
+    _done(ex, ws)
+
+
+def test_engine_scores_the_same_with_and_without_cells(monkeypatch, tmp_path):
+    from rtlreward.engine import Engine
+    from rtlreward.integration import load_tasks
+    from rtlreward_hdl.mutate import mutants
+
+    monkeypatch.setenv("RTLREWARD_WORKSPACE_DIR", str(tmp_path))
+    task = load_tasks("verilog-eval", skip_known_issues=True, limit=12)[10]
+    ref = next(iter(task.reference.values()))
+    wrong = next(iter(mutants(dict(task.reference), limit=1)[0].files.values()))
+    replies = [f"```verilog\n{ref}\n```", f"```verilog\n{wrong}\n```", "no code here"]
+    results = {}
+    for warm in ("1", "0"):
+        monkeypatch.setenv("RTLREWARD_WARM_SANDBOX", warm)
+        with Engine("shaped", cache=False, jobs=1) as eng:
+            rewards = [eng.score(task, r) for r in replies]
+            results[warm] = [(r.total, {n: s.status.value for n, s in r.stages.items()}) for r in rewards]
+            if warm == "1":
+                assert eng.executor.stats().get("warm", 0) >= 4
+            else:
+                assert eng.executor.stats() == {}
+    assert results["1"] == results["0"]
+    assert results["1"][0][0] > results["1"][1][0] > results["1"][2][0]
+    assert not list(Path(tmp_path).glob("rtlreward-*/rtlreward-*"))  # no workspace left in a cell's slot
