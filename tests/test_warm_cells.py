@@ -12,9 +12,7 @@ import pytest
 from rtlreward.sandbox import MAX_OUTPUT_BYTES, Limits
 from rtlreward.sandbox.local import LocalExecutor, remove_workspace
 
-pytestmark = pytest.mark.skipif(
-    LocalExecutor(warm=False).bwrap is None, reason="warm cells need bubblewrap"
-)
+pytestmark = pytest.mark.skipif(LocalExecutor(warm=False).bwrap is None, reason="warm cells need bubblewrap")
 
 
 @pytest.fixture
@@ -60,13 +58,21 @@ def test_without_cells_every_command_has_a_sandbox_of_its_own(monkeypatch, tmp_p
 def test_nothing_a_job_leaves_running_or_in_tmp_reaches_the_next_job(ex):
     ws = ex.make_workspace("t")
     left = ex.run(
-        ["sh", "-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!; echo x >/tmp/left; echo y >/dev/shm/left 2>/dev/null; true"],
+        [
+            "sh",
+            "-c",
+            "setsid sleep 60 >/dev/null 2>&1 & echo $!; echo x >/tmp/left; echo y >/dev/shm/left 2>/dev/null; true",
+        ],
         workspace=ws,
     )
     pid = left.stdout.strip()
     assert left.ok and pid.isdigit()
     seen = ex.run(
-        ["sh", "-c", f"kill -0 {pid} 2>/dev/null && echo ALIVE; ls -A /tmp /dev/shm; ps -e 2>/dev/null | wc -l"],
+        [
+            "sh",
+            "-c",
+            f"kill -0 {pid} 2>/dev/null && echo ALIVE; ls -A /tmp /dev/shm; ps -e 2>/dev/null | wc -l",
+        ],
         workspace=ws,
     )
     assert "ALIVE" not in seen.stdout
@@ -144,7 +150,9 @@ def test_a_job_cannot_reach_the_servers_pipes(ex):
         ],
         workspace=ws,
     )
-    assert "server" in res.stdout and "REACHED" not in res.stdout  # the server, and bubblewrap's init (root's)
+    assert (
+        "server" in res.stdout and "REACHED" not in res.stdout
+    )  # the server, and bubblewrap's init (root's)
     _done(ex, ws)
 
 

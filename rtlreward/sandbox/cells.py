@@ -468,7 +468,9 @@ class CellPool:
             with self._lock:
                 self._count("warm")
         finally:
-            if cell.dead:  # ended meanwhile (here, or by `cancel`): this thread owns the pipes, it closes them
+            if (
+                cell.dead
+            ):  # ended meanwhile (here, or by `cancel`): this thread owns the pipes, it closes them
                 server.spawned.close(remove=False)
             else:
                 server.lock.release()
