@@ -3,6 +3,7 @@ bubblewrap sandbox, with every guarantee a sandbox per command gave. Real bubble
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -270,3 +271,26 @@ def test_engine_scores_the_same_with_and_without_cells(monkeypatch, tmp_path):
     assert results["1"] == results["0"]
     assert results["1"][0][0] > results["1"][1][0] > results["1"][2][0]
     assert not list(Path(tmp_path).glob("rtlreward-*/rtlreward-*"))  # no workspace left in a cell's slot
+
+
+def test_a_forked_child_uses_cells_of_its_own(ex):
+    """A trainer that forks workers after scoring (multiprocessing's fork) must not talk to its parent's cells:
+    their servers answer the parent, on pipes the parent reads."""
+    ws = ex.make_workspace("t")
+    assert ex.run(["true"], workspace=ws).ok
+    pid = os.fork()
+    if pid == 0:  # the child: a workspace and a command of its own, then out without pytest's teardown
+        code = 1
+        try:
+            child_ws = ex.make_workspace("child")
+            res = ex.run(["echo", "child"], workspace=child_ws)
+            code = 0 if res.stdout == "child\n" and ex.stats().get("warm", 0) >= 2 else 2
+            remove_workspace(child_ws)
+            ex.release_workspace(child_ws)
+            ex.close()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert ex.run(["echo", "parent"], workspace=ws).stdout == "parent\n"  # the parent's cell still answers it
+    _done(ex, ws)

@@ -213,6 +213,7 @@ def pool_for(executor: Any, memory_mb: int, pyosys_dir: str | None) -> WarmYosys
         tuple(getattr(executor, "hide", ())),
         int(memory_mb),
         pyosys_dir,
+        os.getpid(),  # a forked child never talks to its parent's servers (their pipes are the parent's)
     )
     with _POOLS_LOCK:
         pool = _POOLS.get(key)

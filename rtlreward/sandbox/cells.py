@@ -201,6 +201,14 @@ class CellPool:
         # The limits new cells get (jobs inherit them, or lower them in a forked child): the highest asked for.
         self._limits = Limits(timeout=0.0)
         self._version = 0
+        self._pid = os.getpid()
+
+    def _forked(self) -> None:
+        """In a forked child: forget the parent's cells (their servers answer the parent, on pipes it reads)."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._lock = threading.Lock()
+            self._cells = []
 
     def _count(self, key: str) -> None:
         self._stats[key] = self._stats.get(key, 0) + 1
@@ -247,6 +255,7 @@ class CellPool:
 
     # -- workspaces ---------------------------------------------------------------------------------------------
     def make_workspace(self, task_id: str, root: str | os.PathLike[str] | None) -> Path:
+        self._forked()
         cell = self._acquire(root)
         if cell is None:
             return make_workspace(task_id, root)
@@ -303,6 +312,7 @@ class CellPool:
 
     def serving(self, workspace: Path) -> Cell | None:
         """The cell lent to the candidate whose workspace holds `workspace` (resolved), if any."""
+        self._forked()
         ws = str(workspace)
         with self._lock:
             for cell in self._cells:
@@ -312,6 +322,7 @@ class CellPool:
         return None
 
     def release_workspace(self, workspace: Path) -> None:
+        self._forked()
         ws = Path(os.path.realpath(workspace))
         with self._lock:
             cell = next((c for c in self._cells if c.workspace == ws), None)
@@ -362,6 +373,7 @@ class CellPool:
 
     def cancel(self, workspace: str) -> None:
         """End the cells serving `workspace` or anything inside it (their running job dies with them)."""
+        self._forked()
         with self._lock:
             doomed = [
                 c
@@ -374,6 +386,7 @@ class CellPool:
             cell.close()
 
     def close(self) -> None:
+        self._forked()
         with self._lock:
             cells = list(self._cells)
         for cell in cells:

@@ -702,15 +702,16 @@ class _Spawner:
         return value
 
 
-_SPAWNER: _Spawner | None = None
+_SPAWNER: tuple[int, _Spawner] | None = None
 
 
 def _spawner() -> _Spawner:
+    """This process's spawner thread (a forked child has none of its parent's threads: it starts its own)."""
     global _SPAWNER
     with _SLOTS_LOCK:
-        if _SPAWNER is None:
-            _SPAWNER = _Spawner()
-        return _SPAWNER
+        if _SPAWNER is None or _SPAWNER[0] != os.getpid():
+            _SPAWNER = (os.getpid(), _Spawner())
+        return _SPAWNER[1]
 
 
 class _Tree:
