@@ -294,3 +294,16 @@ def test_a_forked_child_uses_cells_of_its_own(ex):
     assert os.waitstatus_to_exitcode(status) == 0
     assert ex.run(["echo", "parent"], workspace=ws).stdout == "parent\n"  # the parent's cell still answers it
     _done(ex, ws)
+
+
+def test_the_cell_server_refuses_to_run_outside_a_sandbox(tmp_path):
+    """Its `kill(-1)` after each job is only safe in a PID namespace of its own: run bare, it exits at once."""
+    import subprocess
+    import sys
+
+    from rtlreward.sandbox.cells import SERVER
+
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", str(SERVER)], input=b"", capture_output=True, cwd=tmp_path, timeout=60
+    )
+    assert proc.returncode == 2 and b"refusing" in proc.stderr, proc

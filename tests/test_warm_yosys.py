@@ -100,7 +100,14 @@ def test_the_server_refuses_to_run_outside_a_sandbox(tmp_path):
 
     server = Path(warm.SERVER)
     proc = subprocess.run(
-        [sys.executable, "-I", "-S", str(server), _pyosys_dir() or "/nonexistent"],
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            str(server),
+            _pyosys_dir() or "/nonexistent",
+            str(warm.CELL_SERVER.parent),
+        ],
         input=b"",
         capture_output=True,
         cwd=tmp_path,

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rtlreward.sandbox import Limits
+from rtlreward.sandbox.cells import SERVER as CELL_SERVER
 from rtlreward.sandbox.reaper import make_workspace
 
 SERVER = Path(__file__).with_name("yosys_server.py")
@@ -98,7 +99,7 @@ class WarmYosys:
         folder = make_workspace("yosys-warm")
         try:
             spawned = self.executor.spawn(
-                [self.executor.python, "-I", "-S", str(SERVER), self.pyosys_dir],
+                [self.executor.python, "-I", "-S", str(SERVER), self.pyosys_dir, str(CELL_SERVER.parent)],
                 workspace=folder,
                 limits=Limits(memory_mb=self.memory_mb),
             )

@@ -3,8 +3,9 @@
 Started by `warm.WarmYosys` inside its own sandbox (bubblewrap, a leased sandbox uid, no network, only its own
 folder writable, the executor's rlimits: the memory limit holds per process, so for every proof). It never sees a
 candidate's workspace: each request carries the texts the proof reads, and the answer carries back what the proof
-wrote. Run as `python -I -S yosys_server.py PYOSYS_DIR` (the folder holding the pyosys package, or a path that does
-not exist to find it through the site); Python's standard library only, besides pyosys.
+wrote. Run as `python -I -S yosys_server.py PYOSYS_DIR HELPERS` (the folder holding the pyosys package, or a path that
+does not exist to find it through the site; the folder of `rtlreward/sandbox/cell_server.py`, whose job helpers it
+shares with the warm sandbox cells); Python's standard library only, besides pyosys.
 
 Protocol (one job at a time): a request is one JSON line on stdin, {"files": {name: text}, "script": name,
 "seconds": Yosys's limit, "abc": [program, args...] or null, "abc_seconds": ABC's limit, "want": [names]}; the answer
@@ -27,7 +28,6 @@ import contextlib
 import ctypes
 import json
 import os
-import shutil
 import signal
 import sys
 import time
@@ -54,49 +54,6 @@ def _text(path: str) -> str:
     raw = _read(path, MAX_TEXT) or b""
     cut = len(raw) > MAX_TEXT
     return raw[:MAX_TEXT].decode("utf-8", "replace") + ("\n[output truncated]" if cut else "")
-
-
-def _kill_others() -> None:
-    """SIGKILL to every process this one may signal, but itself (and the namespace's init), until none is left."""
-    for _ in range(50):
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        except PermissionError:
-            return
-        time.sleep(0.002)
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0] > 0:
-                pass
-        except ChildProcessError:
-            pass
-
-
-def _own_pid_namespace() -> bool:
-    """Whether PID 1 here is bubblewrap's init: only then does `kill(-1)` reach just the jobs' processes."""
-    try:
-        with open("/proc/1/cmdline", "rb") as fh:
-            first = fh.read().split(b"\0")[0]
-    except OSError:
-        return False
-    return os.path.basename(first) == b"bwrap"
-
-
-def _clear(root: str, keep: str = "") -> None:
-    """Remove everything in `root` (a job may have left files or folders anywhere in it), but `keep` and the
-    folders on the way to it (the server's own folder lies under the sandbox's /tmp)."""
-    for name in os.listdir(root):
-        path = os.path.join(root, name)
-        if keep and (path == keep or keep.startswith(path + os.sep)):
-            if path != keep:
-                _clear(path, keep)
-            continue
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
 
 
 def _child(ys, job: dict, folder: str) -> None:
@@ -135,7 +92,10 @@ def _child(ys, job: dict, folder: str) -> None:
     os._exit(0)
 
 
-def serve(pyosys_dir: str) -> int:
+def serve(pyosys_dir: str, helpers: str) -> int:
+    sys.path.insert(0, helpers)  # rtlreward/sandbox: the warm cells' job helpers (`cell_server`)
+    import cell_server as jobs
+
     if os.path.isdir(pyosys_dir):
         sys.path.insert(0, pyosys_dir)
     try:
@@ -146,7 +106,7 @@ def serve(pyosys_dir: str) -> int:
         site.main()
         from pyosys import libyosys as ys
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
-    if not _own_pid_namespace():
+    if not jobs.own_pid_namespace():
         sys.stderr.write("yosys_server: refusing to run outside a PID namespace of its own (bubblewrap)\n")
         return 2
     root = os.path.realpath(os.getcwd())
@@ -156,7 +116,7 @@ def serve(pyosys_dir: str) -> int:
     proto_out.flush()
     for line in proto_in:
         job = json.loads(line)
-        _clear(root)
+        jobs.clear(root)
         folder = os.path.join(root, "job-" + os.urandom(8).hex())
         os.mkdir(folder, 0o700)
         for name, text in job["files"].items():
@@ -183,7 +143,7 @@ def serve(pyosys_dir: str) -> int:
                 break
             time.sleep(0.002)
         rc = os.waitstatus_to_exitcode(status)
-        _kill_others()
+        jobs.kill_others()
         files, too_big = {}, []
         for name in job.get("want") or ():
             raw = _read(os.path.join(folder, name), MAX_FILE)
@@ -201,14 +161,16 @@ def serve(pyosys_dir: str) -> int:
             "files": files,
             "too_big": too_big,
         }
-        _clear(root)
+        jobs.clear(root)
         for scratch in SCRATCH:
             if os.path.isdir(scratch):
-                _clear(scratch, keep=root)
+                jobs.clear(scratch, keep=root)
         proto_out.write(json.dumps(answer).encode() + b"\n")
         proto_out.flush()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(serve(sys.argv[1] if len(sys.argv) > 1 else "/nonexistent"))
+    sys.exit(
+        serve(sys.argv[1] if len(sys.argv) > 1 else "/nonexistent", sys.argv[2] if len(sys.argv) > 2 else "")
+    )

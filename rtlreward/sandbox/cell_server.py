@@ -2,7 +2,8 @@
 
 Started by the local executor inside a bubblewrap sandbox of its own (the executor's file system, a leased sandbox
 uid, no network, no capabilities, no_new_privs, its own PID namespace), whose only writable folder is the cell's
-slot, where the candidate's workspace lives. Run as `python -I -S cell_server.py`; the standard library only.
+slot, where the candidate's workspace lives. Run as `python -I -S cell_server.py`; the standard library only. Its job
+helpers (`kill_others`, `own_pid_namespace`, `clear`) also serve the equivalence stage's warm Yosys server.
 
 Protocol (one job at a time): the first line written is {"ready": true, "pid": N}. A request is one JSON line on
 stdin: {"argv": [...], "cwd": path, "env": {...}, "timeout": s, "rlimits": {"as": bytes, "fsize": bytes,
@@ -49,7 +50,7 @@ _DEFAULT_SIGNALS = (
 )
 
 
-def _kill_others() -> None:
+def kill_others() -> None:
     """SIGKILL to every process this one may signal but itself (and the namespace's init), until none is left."""
     for _ in range(50):
         try:
@@ -64,7 +65,7 @@ def _kill_others() -> None:
             pass
 
 
-def _own_pid_namespace() -> bool:
+def own_pid_namespace() -> bool:
     """Whether PID 1 here is bubblewrap's init: only then does `kill(-1)` reach just the jobs' processes."""
     try:
         with open("/proc/1/cmdline", "rb") as fh:
@@ -74,10 +75,10 @@ def _own_pid_namespace() -> bool:
     return os.path.basename(first) == b"bwrap"
 
 
-def _clear(root: str, keep: str) -> None:
+def clear(root: str, keep: str = "") -> None:
     """Remove everything in `root` (the job's uid owns all of it: only the job's processes wrote there) but
     `keep` and the folders on the way to it: the cell's slot, where the candidate's workspace lives, lies under
-    the sandbox's /tmp when the workspaces do under the host's."""
+    the sandbox's /tmp when the workspaces do under the host's. (Also the warm Yosys server's, with its folder.)"""
     try:
         names = os.listdir(root)
     except OSError:
@@ -86,7 +87,7 @@ def _clear(root: str, keep: str) -> None:
         path = os.path.join(root, name)
         if path == keep or keep.startswith(path + os.sep):
             if path != keep:
-                _clear(path, keep)
+                clear(path, keep)
             continue
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path, ignore_errors=True)
@@ -213,13 +214,13 @@ def run_job(job: dict, slot: str) -> dict:
             got, st = os.waitpid(pid, os.WNOHANG)
             if got == pid:
                 status, ended_at = st, now
-                _kill_others()  # what it left behind goes now, so the pipes close
+                kill_others()  # what it left behind goes now, so the pipes close
         if status is None and ended_at is None and now >= deadline:
             timed_out, ended_at = True, now
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
             status = os.waitpid(pid, 0)[1]
-            _kill_others()
+            kill_others()
         if ended_at is not None and now >= ended_at + DRAIN_GRACE:
             break
         limit = deadline if ended_at is None else ended_at + DRAIN_GRACE
@@ -267,10 +268,10 @@ def run_job(job: dict, slot: str) -> dict:
         with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGKILL)
         status = os.waitpid(pid, 0)[1]
-    _kill_others()
+    kill_others()
     for scratch in SCRATCH:
         if os.path.isdir(scratch):
-            _clear(scratch, slot)
+            clear(scratch, slot)
     return {
         "rc": os.waitstatus_to_exitcode(status),
         "stdout": base64.b64encode(bytes(bufs[out_r])).decode(),
@@ -283,7 +284,7 @@ def run_job(job: dict, slot: str) -> dict:
 
 def serve() -> int:
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
-    if not _own_pid_namespace():
+    if not own_pid_namespace():
         sys.stderr.write("cell_server: refusing to run outside a PID namespace of its own (bubblewrap)\n")
         return 2
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
