@@ -307,3 +307,57 @@ def test_the_cell_server_refuses_to_run_outside_a_sandbox(tmp_path):
         [sys.executable, "-I", "-S", str(SERVER)], input=b"", capture_output=True, cwd=tmp_path, timeout=60
     )
     assert proc.returncode == 2 and b"refusing" in proc.stderr, proc
+
+
+_PY = "python3 -c "
+_SHM = "import ctypes; l = ctypes.CDLL(None); "
+
+
+@pytest.mark.parametrize(
+    "plant, probe",
+    [
+        # the server's limits and scheduling, changed through its pid by a job of the same uid
+        ("prlimit --pid $PPID --fsize=1024:1024 --nofile=32:32", "head -c 100000 /dev/zero > f && echo OK"),
+        ("renice -n 19 -p $PPID >/dev/null", "[ $(nice) = 0 ] && echo OK"),
+        # a folder the job made unreadable in /tmp
+        ("mkdir /tmp/keep && echo x > /tmp/keep/n && chmod 000 /tmp/keep", "[ ! -e /tmp/keep ] && echo OK"),
+        # System V shared memory and POSIX message queues: objects no process owns
+        (
+            _PY + f'"{_SHM}assert l.shmget(0x5EC, 4096, 0o1666) >= 0"',
+            _PY + f"\"{_SHM}print('OK' if l.shmget(0x5EC, 0, 0) < 0 else 'LEAK')\"",
+        ),
+        (
+            _PY
+            + "\"import ctypes; r = ctypes.CDLL('librt.so.1'); assert r.mq_open(b'/rtlq', 0o102, 0o600, None) >= 0\"",
+            _PY
+            + "\"import ctypes; r = ctypes.CDLL('librt.so.1'); print('OK' if r.mq_open(b'/rtlq', 0) < 0 else 'LEAK')\"",
+        ),
+    ],
+    ids=["limits", "nice", "unreadable-tmp", "sysv-shm", "posix-mqueue"],
+)
+def test_nothing_a_candidate_plants_reaches_the_next_one(ex, plant, probe):
+    """Found by a red-team pass: each of these outlived a job in the cell and reached the next candidate. Now the
+    server cleans it up, or notices it cannot and ends the cell (the command then runs in a sandbox of its own)."""
+    ws = ex.make_workspace("a")
+    # Where the server notices the change only after the job (its limits, its nice value), it ends without an
+    # answer and the command runs again in a sandbox of its own, where the same change is refused: no assertion
+    # on this result, only on what the next candidate meets.
+    ex.run(["sh", "-c", plant], workspace=ws)
+    _done(ex, ws)
+    ws2 = ex.make_workspace("b")
+    seen = ex.run(["sh", "-c", probe], workspace=ws2)
+    assert seen.stdout.strip() == "OK", seen
+    assert ex.run(["true"], workspace=ws2).ok
+    _done(ex, ws2)
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="syscall numbers of x86_64")
+def test_a_key_in_the_uids_keyring_does_not_reach_the_next_candidate(ex):
+    ws = ex.make_workspace("a")
+    add = _PY + f"\"{_SHM}assert l.syscall(248, b'user', b'rtlk', b'secret', 6, -4) > 0\""  # add_key to @u
+    assert ex.run(["sh", "-c", add], workspace=ws).ok
+    _done(ex, ws)
+    ws2 = ex.make_workspace("b")
+    search = _PY + f"\"{_SHM}print('OK' if l.syscall(250, 10, -4, b'user', b'rtlk', 0) < 0 else 'LEAK')\""
+    assert ex.run(["sh", "-c", search], workspace=ws2).stdout.strip() == "OK"
+    _done(ex, ws2)

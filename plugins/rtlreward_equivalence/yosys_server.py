@@ -39,6 +39,7 @@ MAX_FILE = (
 SCRATCH = (
     "/tmp",
     "/dev/shm",
+    "/dev/mqueue",
 )  # the sandbox's own scratch folders: emptied after every job, like the job's folder
 
 
@@ -112,6 +113,8 @@ def serve(pyosys_dir: str, helpers: str) -> int:
     root = os.path.realpath(os.getcwd())
     proto_in = sys.stdin.buffer
     proto_out = sys.stdout.buffer
+    state = jobs.process_state()
+    keep = jobs.mounts()  # the sandbox's own mount points under its scratch folders
     proto_out.write(json.dumps({"ready": True, "pid": os.getpid()}).encode() + b"\n")
     proto_out.flush()
     for line in proto_in:
@@ -161,10 +164,8 @@ def serve(pyosys_dir: str, helpers: str) -> int:
             "files": files,
             "too_big": too_big,
         }
-        jobs.clear(root)
-        for scratch in SCRATCH:
-            if os.path.isdir(scratch):
-                jobs.clear(scratch, keep=root)
+        if not (jobs.clear(root) and jobs.tidy((root, *keep), SCRATCH, state)):
+            return 3  # something of the job outlived it: no answer, the proof runs one-shot, the server is replaced
         proto_out.write(json.dumps(answer).encode() + b"\n")
         proto_out.flush()
     return 0

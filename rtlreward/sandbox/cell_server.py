@@ -31,12 +31,12 @@ import json
 import os
 import resource
 import selectors
-import shutil
 import signal
+import stat
 import sys
 import time
 
-SCRATCH = ("/tmp", "/dev/shm")
+SCRATCH = ("/tmp", "/dev/shm", "/dev/mqueue")  # /dev/mqueue: POSIX message queues (mounted in cells)
 DRAIN_GRACE = 0.5  # seconds of reading the pipes after the command ended or was killed
 _WAKE = [-1]  # the read end of the signal wake-up pipe (SIGCHLD)
 _LIMITS = (("as", resource.RLIMIT_AS), ("fsize", resource.RLIMIT_FSIZE), ("nproc", resource.RLIMIT_NPROC))
@@ -75,25 +75,123 @@ def own_pid_namespace() -> bool:
     return os.path.basename(first) == b"bwrap"
 
 
-def clear(root: str, keep: str = "") -> None:
+def _remove(path: str) -> None:
+    """Remove `path` and everything under it, opening folders a job made unreadable (mode 000) first."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        with contextlib.suppress(OSError):
+            os.chmod(path, 0o700)
+        for name in os.listdir(path):
+            _remove(os.path.join(path, name))
+        os.rmdir(path)
+    else:
+        os.unlink(path)
+
+
+def clear(root: str, keep: str | tuple[str, ...] = ()) -> bool:
     """Remove everything in `root` (the job's uid owns all of it: only the job's processes wrote there) but
-    `keep` and the folders on the way to it: the cell's slot, where the candidate's workspace lives, lies under
-    the sandbox's /tmp when the workspaces do under the host's. (Also the warm Yosys server's, with its folder.)"""
+    `keep` and the folders on the way to them: the cell's slot, where the candidate's workspace lives, lies under
+    the sandbox's /tmp when the workspaces do under the host's, and so may folders mounted read-only (`mounts`).
+    (Also the warm Yosys server's, with its folder.) Whether nothing else is left: a caller that finds something
+    left must not serve another job."""
+    keeps = (keep,) if isinstance(keep, str) else tuple(keep)
+    keeps = tuple(k for k in keeps if k)
     try:
         names = os.listdir(root)
+    except FileNotFoundError:
+        return True
     except OSError:
-        return
+        return False
+    clean = True
     for name in names:
         path = os.path.join(root, name)
-        if path == keep or keep.startswith(path + os.sep):
-            if path != keep:
-                clear(path, keep)
+        if path in keeps:
             continue
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+        if any(k.startswith(path + os.sep) for k in keeps):
+            clean = clear(path, keeps) and clean
+            continue
+        try:
+            _remove(path)
+        except (OSError, RecursionError):
+            clean = False
+    return clean
+
+
+def mounts() -> tuple[str, ...]:
+    """The mount points of this sandbox (what bubblewrap bound: never a job's to remove)."""
+    out = []
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            for line in fh:
+                fields = line.split()
+                if len(fields) > 4:
+                    out.append(fields[4].encode().decode("unicode_escape"))
+    except OSError:
+        pass
+    return tuple(out)
+
+
+# What a job running as this server's uid could change in this process, and every later job would inherit: its
+# limits (prlimit), nice value, CPU affinity, scheduling policy and I/O priority. Compared after every job.
+_SYSCALLS = {"x86_64": {"ioprio_get": 252, "keyctl": 250}, "aarch64": {"ioprio_get": 31, "keyctl": 219}}
+_NR = _SYSCALLS.get(os.uname().machine, {})
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _ioprio() -> int | None:
+    nr = _NR.get("ioprio_get")
+    return None if nr is None else _LIBC.syscall(nr, 1, 0)  # IOPRIO_WHO_PROCESS, this process
+
+
+def process_state() -> tuple:
+    limits = tuple(
+        (name, resource.getrlimit(getattr(resource, name)))
+        for name in sorted(dir(resource))
+        if name.startswith("RLIMIT_")
+    )
+    return (
+        limits,
+        os.getpriority(os.PRIO_PROCESS, 0),
+        tuple(sorted(os.sched_getaffinity(0))),
+        os.sched_getscheduler(0),
+        os.sched_getparam(0).sched_priority,
+        _ioprio(),
+    )
+
+
+def clear_keyrings() -> None:
+    """Empty the uid's user and user-session keyrings: the kernel keeps them while the uid has processes (this
+    server), so a key one job adds would be there for the next."""
+    nr = _NR.get("keyctl")
+    if nr is not None:
+        for ring in (-4, -5):  # KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING
+            _LIBC.syscall(nr, 7, ring)  # KEYCTL_CLEAR
+
+
+def ipc_objects() -> bool:
+    """Whether System V shared memory, message queues or semaphores exist in this IPC namespace: they belong to
+    no process, so nothing of a job's end removes them."""
+    for kind in ("shm", "msg", "sem"):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as fh:
+                if len(fh.read().splitlines()) > 1:
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def tidy(slot: str | tuple[str, ...], scratch: tuple[str, ...], state: tuple) -> bool:
+    """After a job (its processes killed): empty the scratch folders, the keyrings and check that nothing of it is
+    left in this process or the namespace. False: something is, and the server must end (the executor then runs
+    the command in a sandbox of its own and gives the candidate's next commands and the worker's next candidate
+    a new cell)."""
+    clean = all(clear(d, slot) for d in scratch if os.path.isdir(d))
+    clear_keyrings()
+    return clean and not ipc_objects() and process_state() == state
 
 
 def _child(job: dict, fds: tuple[int, int, int]) -> None:
@@ -105,9 +203,8 @@ def _child(job: dict, fds: tuple[int, int, int]) -> None:
         limits = job.get("rlimits") or {}
         for key, which in _LIMITS:
             value = limits.get(key)
-            if value:
-                with contextlib.suppress(ValueError, OSError):
-                    resource.setrlimit(which, (int(value), int(value)))
+            if value:  # never above what it inherits (the executor checks): a failure ends the job
+                resource.setrlimit(which, (int(value), int(value)))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         os.chdir(job["cwd"])
         for target, fd in enumerate(fds):
@@ -269,9 +366,6 @@ def run_job(job: dict, slot: str) -> dict:
             os.killpg(pid, signal.SIGKILL)
         status = os.waitpid(pid, 0)[1]
     kill_others()
-    for scratch in SCRATCH:
-        if os.path.isdir(scratch):
-            clear(scratch, slot)
     return {
         "rc": os.waitstatus_to_exitcode(status),
         "stdout": base64.b64encode(bytes(bufs[out_r])).decode(),
@@ -299,8 +393,12 @@ def serve() -> int:
     proto_out.write(json.dumps({"ready": True, "pid": os.getpid(), "limits": own_limits()}).encode() + b"\n")
     proto_out.flush()
     slot = os.path.realpath(os.getcwd())  # the cell's only writable folder: the workspaces' home
+    keep = (slot, *mounts())  # what the scratch folders hold that is the sandbox's, not a job's
+    state = process_state()
     for line in proto_in:
         answer = run_job(json.loads(line), slot)
+        if not tidy(keep, SCRATCH, state):
+            return 3  # something of the job outlived it: no answer, the cell ends
         proto_out.write(json.dumps(answer).encode() + b"\n")
         proto_out.flush()
     return 0

@@ -608,6 +608,10 @@ class LocalExecutor:
             if uid is not None and hand_over_folder:
                 hand_over(workspace, uid)
             full = self._argv(argv, workspace, workspace, limits, read_only, path_prepend, None, uid)
+            # POSIX message queues visible (and so removable) at /dev/mqueue: a long-lived sandbox's IPC namespace
+            # outlives each job, so its server must be able to see what a job left there.
+            at = full.index("--remount-ro")
+            full[at:at] = ["--mqueue", "/dev/mqueue"]
             user = uid if uid is not None and self.route != "privileged" else None
             preexec: Callable[[], None] | None = _limiter(limits)
             prlimit = _prlimit() if self.is_root and user is None else None
