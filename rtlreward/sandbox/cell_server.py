@@ -163,12 +163,20 @@ def process_state() -> tuple:
 
 
 def clear_keyrings() -> None:
-    """Empty the uid's user and user-session keyrings: the kernel keeps them while the uid has processes (this
-    server), so a key one job adds would be there for the next."""
+    """Empty the uid's user, user-session and persistent keyrings: the kernel keeps them while the uid has
+    processes (this server; the persistent one for days), so a key one job adds would be there for the next.
+    Where the sandbox's seccomp filter (rtlreward.sandbox.seccomp) is loaded no job can add one, and these calls
+    fail harmlessly; this is for the machines without it."""
     nr = _NR.get("keyctl")
-    if nr is not None:
-        for ring in (-4, -5):  # KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING
-            _LIBC.syscall(nr, 7, ring)  # KEYCTL_CLEAR
+    if nr is None:
+        return
+    for ring in (-4, -5):  # KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING
+        _LIBC.syscall(nr, 7, ring)  # KEYCTL_CLEAR
+    persistent = _LIBC.syscall(
+        nr, 22, -1, -2
+    )  # KEYCTL_GET_PERSISTENT (own uid), linked into the process keyring
+    if persistent > 0:
+        _LIBC.syscall(nr, 7, persistent)
 
 
 def ipc_objects() -> bool:
@@ -184,14 +192,27 @@ def ipc_objects() -> bool:
     return False
 
 
+def sockets() -> bool:
+    """Whether any socket exists in this network namespace (a TIME_WAIT entry, a unix socket parked in a
+    descriptor-passing cycle): they outlive the job that made them, and the namespace is the cell's."""
+    for name in ("unix", "tcp", "tcp6", "udp", "udp6", "raw", "raw6", "packet"):
+        try:
+            with open(f"/proc/net/{name}") as fh:
+                if len(fh.read().splitlines()) > 1:
+                    return True
+        except OSError:
+            continue
+    return False
+
+
 def tidy(slot: str | tuple[str, ...], scratch: tuple[str, ...], state: tuple) -> bool:
     """After a job (its processes killed): empty the scratch folders, the keyrings and check that nothing of it is
-    left in this process or the namespace. False: something is, and the server must end (the executor then runs
+    left in this process or the namespaces (IPC objects, sockets). False: something is, and the server must end (the executor then runs
     the command in a sandbox of its own and gives the candidate's next commands and the worker's next candidate
     a new cell)."""
     clean = all(clear(d, slot) for d in scratch if os.path.isdir(d))
     clear_keyrings()
-    return clean and not ipc_objects() and process_state() == state
+    return clean and not ipc_objects() and not sockets() and process_state() == state
 
 
 def _child(job: dict, fds: tuple[int, int, int]) -> None:

@@ -85,6 +85,7 @@ from rtlreward.sandbox.cells import SERVER as CELL_SERVER
 from rtlreward.sandbox.cells import Cell, CellPool
 from rtlreward.sandbox.cells import wanted as warm_wanted
 from rtlreward.sandbox.naming import make_workspace
+from rtlreward.sandbox.seccomp import open_filter
 
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 RUN_MARKER = "RTLREWARD_SANDBOX_RUN"  # env var carried by every process of one run (no-bwrap cleanup)
@@ -504,9 +505,11 @@ class LocalExecutor:
             preexec = None
 
         start = time.monotonic()
+        seccomp = _with_seccomp(full) if self.bwrap else None
         try:
             proc = subprocess.Popen(
                 full,
+                pass_fds=(seccomp,) if seccomp is not None else (),
                 cwd=cwd,
                 env=run_env,
                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
@@ -526,6 +529,9 @@ class LocalExecutor:
                 duration=time.monotonic() - start,
                 sandboxed=self.bwrap is not None,
             )
+        finally:
+            if seccomp is not None:
+                os.close(seccomp)
         key = str(workspace)
         with self._running_lock:
             self._running.setdefault(key, {})[proc.pid] = marker
@@ -617,7 +623,9 @@ class LocalExecutor:
             prlimit = _prlimit() if self.is_root and user is None else None
             if prlimit is not None:
                 full, preexec = [*_prlimit_argv(prlimit, limits), *full], None
+            seccomp = _with_seccomp(full)
             kwargs = dict(
+                pass_fds=(seccomp,) if seccomp is not None else (),
                 cwd=workspace,
                 env=self._env(workspace, env),
                 stdin=subprocess.PIPE,
@@ -631,7 +639,11 @@ class LocalExecutor:
             )
             # bwrap's --die-with-parent ties the sandbox to the thread that forks it: fork from a thread that
             # lives as long as this process, not from a stage's short-lived one.
-            proc = _spawner().call(lambda: subprocess.Popen(full, **kwargs))
+            try:
+                proc = _spawner().call(lambda: subprocess.Popen(full, **kwargs))
+            finally:
+                if seccomp is not None:
+                    os.close(seccomp)
         except BaseException:
             if lease is not None:
                 lease.release(lambda: _reclaim(workspace), kill=True)
@@ -1233,6 +1245,16 @@ def _pump(
         [dropped[proc.stdout], dropped[proc.stderr]],
         timed_out,
     )
+
+
+def _with_seccomp(full: list[str]) -> int | None:
+    """Add bubblewrap's `--seccomp FD` (rtlreward.sandbox.seccomp: no kernel keys) to a bwrap command line, in
+    place; returns the descriptor to pass to the child (the caller closes it), None where there is no filter."""
+    fd = open_filter()
+    if fd is not None:
+        at = full.index("--chdir")  # bubblewrap's own options end with --chdir DIR -- COMMAND
+        full[at:at] = ["--seccomp", str(fd)]
+    return fd
 
 
 def _kill_group(pgid: int) -> None:
