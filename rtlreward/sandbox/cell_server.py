@@ -179,30 +179,38 @@ def clear_keyrings() -> None:
         _LIBC.syscall(nr, 7, persistent)
 
 
-def ipc_objects() -> bool:
-    """Whether System V shared memory, message queues or semaphores exist in this IPC namespace: they belong to
-    no process, so nothing of a job's end removes them."""
-    for kind in ("shm", "msg", "sem"):
+def _any_listed(paths: tuple[str, ...]) -> bool:
+    """Whether any of these /proc tables lists an entry below its header line."""
+    for path in paths:
         try:
-            with open(f"/proc/sysvipc/{kind}") as fh:
+            with open(path) as fh:
                 if len(fh.read().splitlines()) > 1:
                     return True
         except OSError:
             continue
     return False
+
+
+def ipc_objects() -> bool:
+    """Whether System V shared memory, message queues or semaphores exist in this IPC namespace: they belong to
+    no process, so nothing of a job's end removes them."""
+    return _any_listed(tuple(f"/proc/sysvipc/{k}" for k in ("shm", "msg", "sem")))
 
 
 def sockets() -> bool:
     """Whether any socket exists in this network namespace (a TIME_WAIT entry, a unix socket parked in a
     descriptor-passing cycle): they outlive the job that made them, and the namespace is the cell's."""
-    for name in ("unix", "tcp", "tcp6", "udp", "udp6", "raw", "raw6", "packet"):
-        try:
-            with open(f"/proc/net/{name}") as fh:
-                if len(fh.read().splitlines()) > 1:
-                    return True
-        except OSError:
-            continue
-    return False
+    kinds = ("unix", "tcp", "tcp6", "udp", "udp6", "raw", "raw6", "packet")
+    return _any_listed(tuple(f"/proc/net/{k}" for k in kinds))
+
+
+def keep_output(buf: bytearray, chunk: bytes, cap: int) -> int:
+    """Append `chunk` to `buf` while it holds at most `cap` + 1 bytes (one more than kept: it was cut); returns how
+    many bytes were dropped. (Also the local executor's own pump.)"""
+    room = cap + 1 - len(buf)
+    if room > 0:
+        buf += chunk[:room]
+    return max(0, len(chunk) - max(room, 0))
 
 
 def tidy(slot: str | tuple[str, ...], scratch: tuple[str, ...], state: tuple) -> bool:
@@ -369,11 +377,7 @@ def run_job(job: dict, slot: str) -> dict:
             if not chunk:
                 sel.unregister(fd)
                 continue
-            buf = bufs[fd]
-            room = cap + 1 - len(buf)
-            if room > 0:
-                buf += chunk[:room]
-            dropped[fd] += max(0, len(chunk) - max(room, 0))
+            dropped[fd] += keep_output(bufs[fd], chunk, cap)
     sel.unregister(wake)
     for fd in list(sel.get_map()):
         with contextlib.suppress(OSError):

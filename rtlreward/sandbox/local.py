@@ -81,6 +81,7 @@ from pathlib import Path
 from typing import Literal
 
 from rtlreward.sandbox import MAX_OUTPUT_BYTES, CommandResult, Limits, truncate_output
+from rtlreward.sandbox.cell_server import keep_output
 from rtlreward.sandbox.cells import SERVER as CELL_SERVER
 from rtlreward.sandbox.cells import Cell, CellPool
 from rtlreward.sandbox.cells import wanted as warm_wanted
@@ -1229,11 +1230,7 @@ def _pump(
             if not chunk:
                 sel.unregister(f)
                 continue
-            buf = bufs[f]
-            room = MAX_OUTPUT_BYTES + 1 - len(buf)
-            if room > 0:
-                buf += chunk[:room]
-            dropped[f] += max(0, len(chunk) - max(room, 0))
+            dropped[f] += keep_output(bufs[f], chunk, MAX_OUTPUT_BYTES)
     sel.close()
     for f in (proc.stdout, proc.stderr, proc.stdin):
         if f is not None:
