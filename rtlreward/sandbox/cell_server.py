@@ -9,17 +9,19 @@ Protocol (one job at a time): the first line written is {"ready": true, "pid": N
 stdin: {"argv": [...], "cwd": path, "env": {...}, "timeout": s, "rlimits": {"as": bytes, "fsize": bytes,
 "nproc": n} (absent or null: not set), "stdin": base64 or null, "cap": bytes kept per stream}. The answer is one
 JSON line on stdout: {"rc", "stdout", "stderr" (base64, at most `cap` + 1 bytes each), "dropped": [n, n],
-"timed_out", "seconds", "exec_error"}.
+"timed_out", "seconds"}.
 
 Per job, the same as a command of its own sandbox would get: a child in its own session and process group with
 the limits set before exec (address space, file size, processes, no core), SIGPIPE and SIGXFSZ back to their
 defaults, the given environment and folder, stdin/stdout/stderr on pipes (output past the cap is read and
 dropped); the wall clock enforced here (the group killed at the limit). When the command ends (or at the limit)
 every other process this server may signal is killed (`kill(-1)`: the PID namespace holds only this server and the
-job, so whatever the job left running, daemonised or not, dies before the answer is written), and the sandbox's
-own scratch folders (/tmp, /dev/shm) are emptied: nothing of one job is there for the next. This process is not
-dumpable, so a job (same uid) cannot ptrace it or reach its pipes through /proc; a job that kills it ends the
-cell (the executor replaces it and runs the command on its own).
+job, so whatever the job left running, daemonised or not, dies before the answer is written), and `tidy` empties
+the sandbox's own scratch folders (/tmp, /dev/shm, /dev/mqueue) and the uid's keyrings: nothing of one job is there
+for the next. What it cannot remove (System V IPC objects, sockets in the namespace, a folder it cannot delete) or
+a change a job made to this process through its pid (limits, nice value, affinity, scheduling, I/O priority) ends
+the server without an answer. This process is not dumpable, so a job (same uid) cannot ptrace it or reach its pipes
+through /proc; a job that kills it ends the cell (the executor replaces it and runs the command on its own).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import resource
 import selectors
 import signal
@@ -128,7 +131,7 @@ def mounts() -> tuple[str, ...]:
             for line in fh:
                 fields = line.split()
                 if len(fields) > 4:
-                    out.append(fields[4].encode().decode("unicode_escape"))
+                    out.append(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
     except OSError:
         pass
     return tuple(out)
@@ -227,12 +230,13 @@ def keep_output(buf: bytearray, chunk: bytes, cap: int) -> int:
     return max(0, len(chunk) - max(room, 0))
 
 
-def tidy(slot: str | tuple[str, ...], scratch: tuple[str, ...], state: tuple) -> bool:
-    """After a job (its processes killed): empty the scratch folders, the keyrings and check that nothing of it is
-    left in this process or the namespaces (IPC objects, sockets). False: something is, and the server must end (the executor then runs
-    the command in a sandbox of its own and gives the candidate's next commands and the worker's next candidate
-    a new cell)."""
-    clean = all(clear(d, slot) for d in scratch if os.path.isdir(d))
+def tidy(keep: str | tuple[str, ...], scratch: tuple[str, ...], state: tuple) -> bool:
+    """After a job (its processes killed): empty the scratch folders (but `keep`, as in `clear`) and the keyrings,
+    and check that nothing of it is left in this process (`state`, from `process_state` at start) or the
+    namespaces (IPC objects, sockets). False: something is, and the server must end (the executor then runs the
+    command in a sandbox of its own and gives the candidate's next commands and the worker's next candidate a new
+    cell)."""
+    clean = all(clear(d, keep) for d in scratch if os.path.isdir(d))
     clear_keyrings()
     return clean and not ipc_objects() and not sockets() and process_state() == state
 

@@ -9,13 +9,15 @@ the same inside and out and argv paths work unchanged. A command of that workspa
 server (`cell_server.py` says what each job gets), and the candidate's files are never copied.
 
 What keeps each command's guarantees (docs/security.md, "Warm cells"):
-- one job at a time per cell; a second concurrent command of the same candidate runs in a sandbox of its own
-  (same uid: the cell's lease is shared, as concurrent commands of one workspace always share one);
+- one job at a time per server; a cell starts a second server (its own sandbox, PID namespace and /tmp, in the same
+  slot) when a candidate runs two commands at once, and a command that finds every server busy runs in a sandbox
+  of its own (same uid: the cell's lease is shared, as concurrent commands of one workspace always share one);
 - each job's limits (address space, file size, processes, no core) set in its process before exec; its wall clock
   enforced by the server (the group killed at the limit) and by this side (the whole cell killed a little later);
-- when a job ends, every other process in the cell's PID namespace is killed and the sandbox's /tmp and /dev/shm
-  are emptied, so nothing of one command (a daemon, a file in /tmp) reaches the next, as when each command's PID
-  namespace and /tmp died with it;
+- when a job ends, every other process in the server's PID namespace is killed and its /tmp, /dev/shm and
+  /dev/mqueue are emptied, so nothing of one command (a daemon, a file in /tmp) reaches the next, as when each
+  command's PID namespace and /tmp died with it; what the server cannot remove (System V IPC objects, sockets, a
+  change to its own limits or scheduling) ends the cell (`cell_server.tidy`);
 - the slot folder is root's (0755) and the workspace the only folder in it, handed to the uid before every job as
   before; between candidates the slot is emptied as root, and the cell only ever holds one candidate's workspace;
 - anything unusual ends the cell: a server that dies (a job may kill it: same uid), stalls past the limit, answers
@@ -130,11 +132,17 @@ class Cell:
     each has its own PID namespace and /tmp, as two sandboxes of their own would), its slot folder, its uid."""
 
     def __init__(
-        self, server: _Server, slot: Path, seen: tuple[tuple[str, ...], tuple[str, ...]], version: int
+        self,
+        server: _Server,
+        slot: Path,
+        seen: tuple[tuple[str, ...], tuple[str, ...]],
+        limits: Limits,
+        version: int,
     ) -> None:
         self.servers = [server]
         self.slot = slot
         self.read_only, self.path_prepend = seen  # folders outside the workspace mounted in this cell
+        self.spawn_limits = limits  # what its servers were started with (a second server gets the same)
         self.version = version  # of the pool's learned folders when the cell started
         self.uid: int | None = server.spawned.uid
         self.limits = server.limits
@@ -299,7 +307,7 @@ class CellPool:
             spawned.close(remove=False)
             self._remove(slot)
             return None
-        cell = Cell(server, Path(os.path.realpath(slot)), seen, version)
+        cell = Cell(server, Path(os.path.realpath(slot)), seen, limits, version)
         if cell.uid is not None:
             # The slot is root's: the uid reaches the workspace through it but cannot leave anything beside it.
             os.chown(cell.slot, 0, 0, follow_symlinks=False)
@@ -402,7 +410,7 @@ class CellPool:
         def grow() -> None:
             try:
                 spawned = self._spawn(
-                    cell.slot, list(cell.read_only), list(cell.path_prepend), self._limits_of(cell), False
+                    cell.slot, list(cell.read_only), list(cell.path_prepend), cell.spawn_limits, False
                 )
             except Exception as exc:
                 log.warning("could not start a second server in a warm sandbox cell: %s", exc)
@@ -419,17 +427,6 @@ class CellPool:
             spawned.close(remove=False)
 
         threading.Thread(target=grow, daemon=True, name="rtlreward-cell-grow").start()
-
-    @staticmethod
-    def _limits_of(cell: Cell) -> Limits:
-        mib = 1024 * 1024
-        lim = cell.limits
-        return Limits(
-            timeout=0.0,
-            memory_mb=lim["as"] // mib if lim.get("as") else None,
-            file_size_mb=lim["fsize"] // mib if lim.get("fsize") else None,
-            pids=lim.get("nproc") or None,
-        )
 
     # -- commands -----------------------------------------------------------------------------------------------
     def run(

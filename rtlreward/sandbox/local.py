@@ -215,7 +215,7 @@ class LocalExecutor:
         return self._cells.make_workspace(task_id, root)
 
     def release_workspace(self, workspace: Path) -> None:
-        """The caller is done with `workspace` (removed it, or keeps it: then it is moved out of the cell)."""
+        """The caller is done with `workspace` (removed it, or keeps it: then its cell ends and leaves it in place)."""
         if self._cells is not None:
             self._cells.release_workspace(workspace)
 

@@ -40,10 +40,10 @@ _MACHINES = {"x86_64": (ARCH_X86_64, ARCH_I386), "aarch64": (ARCH_AARCH64,)}
 
 def _assemble(arches: tuple[int, ...]) -> list[tuple[int, int, int, int]]:
     """The filter as (code, jt, jf, k): per architecture, its denied numbers; anything else is allowed."""
-    blocks: list[list[tuple[str, int, int]]] = []  # per arch: ("jeq"/"jge", k, 0) tests that deny on match
+    blocks: list[list[tuple[int, int]]] = []  # per arch: (jump opcode, k) tests that deny on a match
     for arch in arches:
-        tests = [("jge", X32_BIT, 0)] if arch == ARCH_X86_64 else []
-        tests += [("jeq", nr, 0) for nr in DENIED[arch]]
+        tests = [(_JGE_K, X32_BIT)] if arch == ARCH_X86_64 else []
+        tests += [(_JEQ_K, nr) for nr in DENIED[arch]]
         blocks.append(tests)
     # Layout: ld arch; for each arch: jeq arch -> its block; ret ALLOW; blocks (ld nr; tests; ret ALLOW); ret DENY
     prog: list[tuple[int, int, int, int]] = [(_LD_W_ABS, 0, 0, 4)]
@@ -61,9 +61,9 @@ def _assemble(arches: tuple[int, ...]) -> list[tuple[int, int, int, int]]:
     prog.append((_RET_K, 0, 0, ALLOW))
     for tests in blocks:
         prog.append((_LD_W_ABS, 0, 0, 0))
-        for kind, k, _ in tests:
+        for opcode, k in tests:
             here = len(prog)
-            prog.append((_JGE_K if kind == "jge" else _JEQ_K, deny_at - here - 1, 0, k))
+            prog.append((opcode, deny_at - here - 1, 0, k))
         prog.append((_RET_K, 0, 0, ALLOW))
     prog.append((_RET_K, 0, 0, DENY))
     assert len(prog) == deny_at + 1
