@@ -36,7 +36,6 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-_groups: dict[tuple[int, str], typer.Typer] = {}
 
 # What each shared group is for, whichever plugin creates it first (a group's help is its purpose, not its name).
 GROUP_HELP = {
@@ -105,13 +104,15 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 def command_group(parent: typer.Typer, name: str, help: str = "") -> typer.Typer:
     """The sub-command group `name` under `parent`, created on first use, so several plugins can add commands
     to one group (e.g. `rtlreward train tinker` and `rtlreward train trl`)."""
-    key = (id(parent), name)
-    if key not in _groups:
-        text = help or GROUP_HELP.get(name) or f"Commands of the {name} plugins."
-        group = typer.Typer(name=name, help=text, no_args_is_help=True, rich_markup_mode=None)
-        parent.add_typer(group, name=name)
-        _groups[key] = group
-    return _groups[key]
+    # Found among the parent's own groups, not in a table keyed by id(parent): a freed app's id is reused by
+    # the next one, which then got the old group and no commands of its own.
+    for info in parent.registered_groups:
+        if info.name == name and isinstance(info.typer_instance, typer.Typer):
+            return info.typer_instance
+    text = help or GROUP_HELP.get(name) or f"Commands of the {name} plugins."
+    group = typer.Typer(name=name, help=text, no_args_is_help=True, rich_markup_mode=None)
+    parent.add_typer(group, name=name)
+    return group
 
 
 def _warn_plain(

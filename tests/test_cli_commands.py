@@ -133,6 +133,24 @@ def test_command_group_is_shared_between_plugins():
     assert runner.invoke(parent, ["train", "beta"]).stdout.strip() == "beta ran"
 
 
+def test_each_new_app_gets_its_own_group():
+    # A freed app's id is soon reused by the next one (CI's flake: a test's fresh app got the group of the
+    # previous test's app, so it had no commands at all). Each app must get a group of its own.
+    import gc
+
+    for i in range(30):
+        parent = typer.Typer()
+
+        @command_group(parent, "corpus").command("hello")
+        def hello() -> None:
+            print("hello ran")
+
+        res = CliRunner().invoke(parent, ["corpus", "hello"])
+        assert res.exit_code == 0 and res.stdout.strip() == "hello ran", (i, res.output)
+        del parent, hello, res
+        gc.collect()
+
+
 @needs_examples
 def test_demo_scores_every_example_reply(run, tmp_path):
     # A copy of the examples without the zero-delay loop, whose wall-clock timeout would only measure the limit
