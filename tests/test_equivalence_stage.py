@@ -235,6 +235,38 @@ def test_another_style_is_not_refuted(stage, executor, tmp_path, reference, cand
     assert r.status is Status.PASSED and r.metrics["equivalence"] == "proved", r.feedback
 
 
+XOR_GATE = "module x1(input a, input b, output y);\n  assign y = a ^ b;\nendmodule\n"
+XOR_SOP = "module x1(input a, input b, output y);\n  assign y = (a & ~b) | (~a & b);\nendmodule\n"
+
+
+def test_a_miter_yosys_reduces_to_the_constant_zero_is_proved_without_abc(stage, executor, tmp_path):
+    # The same logic on both sides: Yosys's optimisation leaves the miter's output the constant 0, so nothing is
+    # left for ABC to prove. Another structure of the same function still goes to ABC's PDR, and a wrong one is
+    # still refuted by it.
+    task = comb_task(XOR_GATE, "x1")
+    same = check(stage, executor, tmp_path / "same", task, {"rtl/top.sv": "// restated\n" + XOR_GATE})
+    assert same.status is Status.PASSED and same.metrics["equivalence"] == "proved", same.feedback
+    assert same.metrics["formal_engine"] == "structural"
+    other = check(stage, executor, tmp_path / "other", task, {"rtl/top.sv": XOR_SOP})
+    assert other.status is Status.PASSED and other.metrics["formal_engine"] == "pdr", other.metrics
+    wrong = check(stage, executor, tmp_path / "wrong", task, {"rtl/top.sv": XOR_GATE.replace("^", "&")})
+    assert wrong.status is Status.FAILED and wrong.metrics["formal"] == "cex", wrong.metrics
+
+
+MUX_WORDS = """module TopModule(input [1023:0] in, input [7:0] sel, output [3:0] out);
+  assign out = {in[sel*4+3], in[sel*4+2], in[sel*4+1], in[sel*4+0]};
+endmodule
+"""
+
+
+def test_a_wide_word_select_is_proved_within_a_small_yosys_budget(stage, executor, tmp_path):
+    # VerilogEval Prob021_mux256to1v's reference: a shift by a product that Yosys's techmap and opt turned into a
+    # 1024-bit barrel shifter (2.7 s of Yosys, 12 s on 0.23) before peepopt rewrote it into a word select.
+    other = MUX_WORDS.replace("{in[sel*4+3], in[sel*4+2], in[sel*4+1], in[sel*4+0]}", "in[sel*4 +: 4]")
+    r = check(stage, executor, tmp_path, comb_task(MUX_WORDS, "TopModule"), {"rtl/top.sv": other}, yosys_seconds=2)
+    assert r.status is Status.PASSED and r.metrics["formal"] == "proved", (r.metrics, r.feedback)
+
+
 def test_a_wrong_case_item_is_refuted_with_partial_credit(stage, executor, tmp_path):
     wrong = DEC_CASE.replace("3'b111: y = 4'b1000", "3'b111: y = 4'b0000")
     r = check(stage, executor, tmp_path, comb_task(DEC_IF, "dec"), {"rtl/top.sv": wrong})

@@ -48,6 +48,18 @@ def test_a_real_proof_job_runs_yosys_then_abc(pool):
     assert got["files"]["eq.aig"] and got["files"]["eq.aim"] is not None
 
 
+def test_abc_is_not_started_when_the_miter_is_the_constant_zero(pool):
+    miter = "read_verilog -sv a.v\nhierarchy -top a\nproc\nflatten\nopt\naigmap\nwrite_aiger -zinit eq.aig\n"
+    abc = ["/bin/sh", "-c", "echo abc-ran"]
+    for trigger, runs in (("x & ~x", False), ("x & y", True)):
+        design = f"module a(input x, input y, output trigger); assign trigger = {trigger}; endmodule\n"
+        got = pool.prove(
+            {"eq.ys": miter, "a.v": design}, "eq.ys", 10.0, abc, 10.0, ("eq.aig",), abc_unless_false="eq.aig"
+        )
+        assert got is not None and got["yosys_done"] and got["rc"] == 0, got
+        assert ("abc-ran" in got["stdout"]) is runs, (trigger, got["stdout"])
+
+
 def test_nothing_a_job_started_outlives_it(pool):
     first = job(pool, "(sleep 30 &) ; (setsid sleep 31 &) ; echo started")
     assert first is not None and "started" in first["stdout"]
@@ -152,3 +164,27 @@ def test_an_answer_too_large_for_a_warm_reply_falls_back_at_once(pool):
     assert got is None
     after = job(pool, "echo served")
     assert after is not None and "served" in after["stdout"]
+
+
+@pytest.mark.parametrize(
+    ("aiger", "constant"),
+    [
+        (b"aig 2 2 0 1 0\n0\n", True),
+        (b"aig 3 2 1 1 0\n6\n0\n", True),  # a latch line, then the output
+        (b"aig 3 2 1 1 0 0 0 0 0\n6\n0\n", True),  # AIGER 1.9's header with no property of another kind
+        (b"aig 2 2 0 1 0\n1\n", False),  # the constant 1: always differs
+        (b"aig 2 2 0 1 0\n2\n", False),  # an input
+        (b"aig 2 2 0 2 0\n0\n0\n", False),  # two outputs
+        (b"aig 2 2 0 1 0 1 0 0 0\n0\n2\n", False),  # a bad-state property besides the output
+        (b"aag 2 2 0 1 0\n2\n4\n0\n", False),  # the ASCII format is not what Yosys writes here
+        (b"aig 3 2 1 1 0\n0\n", False),  # cut short
+        (b"\x00\xff garbage", False),
+        (b"", False),
+    ],
+)
+def test_only_a_single_constant_zero_output_counts_as_nothing_to_prove(tmp_path, aiger, constant):
+    from rtlreward_equivalence.yosys_server import aiger_constant_false
+
+    (tmp_path / "eq.aig").write_bytes(aiger)
+    assert aiger_constant_false(str(tmp_path / "eq.aig")) is constant
+    assert aiger_constant_false(str(tmp_path / "missing.aig")) is False

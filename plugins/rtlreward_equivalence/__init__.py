@@ -48,7 +48,7 @@ from rtlreward_hdl.yosys import pyosys_dir as _pyosys_dir
 from rtlreward_hdl.yosys import pyosys_version as _pyosys_version
 from rtlreward_hdl.yosys import tool_version as _version
 
-from . import diffsim, formal, view, warm
+from . import diffsim, formal, view, warm, yosys_server
 from .design import (
     IDENT_RE,
     Timing,
@@ -351,7 +351,7 @@ class EquivalenceStage(Stage):
         wanted = (formal.AIG, formal.MAP, "pdr.cex")
         probe = getattr(ctx.executor, "is_cancelled", None)
         cancelled = (lambda: bool(probe(ctx.workspace))) if callable(probe) else None
-        got = pool.prove(files, name, limit, abc, abc_limit, wanted, cancelled)
+        got = pool.prove(files, name, limit, abc, abc_limit, wanted, cancelled, abc_unless_false=formal.AIG)
         if got is None:
             return None
         for n in wanted:
@@ -476,6 +476,11 @@ class EquivalenceStage(Stage):
                 seconds=seconds,
                 answer_side=answer_side,
             )
+        if yosys_server.aiger_constant_false(str(work / formal.AIG)):
+            # Yosys's own optimisation left the miter's output the constant 0 (the two sides hashed to the same
+            # logic): proved for every input and every choice of x, with nothing for ABC to do (the warm server
+            # does not start it; an ABC that ran in the one-shot command would say the same).
+            return _Formal("proved", "structural", seconds=seconds, nolatches=nolatches)
         if abc_res is not None:  # ABC ran in Yosys's command (its time is in that command's duration)
             res = abc_res
         else:

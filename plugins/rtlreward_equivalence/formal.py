@@ -166,6 +166,11 @@ def miter_script(
         # alumacc first: techmap maps $alu/$macc cells far faster than chains of $add (a 255-input popcount:
         # 0.3 s instead of 2.6 s of CPU).
         "wreduce",
+        # peepopt's rewrites of shifts by a product or sum (`in[sel*4 +: 4]`) into word selects: techmap and opt
+        # of the wide barrel shifter the plain shift becomes took 2.7 s on a 1024-bit mux (VerilogEval
+        # Prob021_mux256to1v), 0.1 s after it. Not on $div cells: its (A*B)/B -> A rewrite narrows the x a
+        # division by zero gives, which the simulation of the same text would not.
+        "peepopt t:* t:$div %d",
         "alumacc",
         "opt -fast",
         "techmap",

@@ -8,17 +8,19 @@ does not exist to find it through the site; the folder of `rtlreward/sandbox/cel
 shares with the warm sandbox cells); Python's standard library only, besides pyosys.
 
 Protocol (one job at a time): a request is one JSON line on stdin, {"files": {name: text}, "script": name,
-"seconds": Yosys's limit, "abc": [program, args...] or null, "abc_seconds": ABC's limit, "want": [names]}; the answer
-is one JSON line on stdout, {"rc", "stdout", "stderr", "timed_out", "yosys_done", "files": {name: base64 or null}}.
+"seconds": Yosys's limit, "abc": [program, args...] or null, "abc_seconds": ABC's limit, "want": [names],
+"abc_unless_false": an AIGER file's name or null}; the answer is one JSON line on stdout, {"rc", "stdout", "stderr",
+"timed_out", "yosys_done", "files": {name: base64 or null}}.
 The first line the server writes is {"ready": true, "pid": ...} once libyosys is loaded.
 
 Per job: a fresh folder; a forked child in its own session with stdin, stdout and stderr on files of that folder
 (the protocol's pipes closed before anything of the job is read), an alarm at Yosys's limit, the script run on a new
-design; when it succeeds and `abc` is given, the child writes `yosys.done` and becomes ABC (exec). The server waits
-up to both limits, kills the child's group, then every other process it can signal (the sandbox's PID namespace
-holds only this server and the job: whatever the job left running dies before the answer is written), reads what
-was asked for and removes the folder. This process is not dumpable, so a job cannot ptrace it or read its pipes
-through /proc.
+design; when it succeeds and `abc` is given, the child writes `yosys.done` and becomes ABC (exec), unless the
+AIGER file named by `abc_unless_false` has the constant 0 as its one output (`aiger_constant_false`: nothing to
+prove). The server waits up to both limits, kills the child's group, then every other process it can signal (the
+sandbox's PID namespace holds only this server and the job: whatever the job left running dies before the answer is
+written), reads what was asked for and removes the folder. This process is not dumpable, so a job cannot ptrace it
+or read its pipes through /proc.
 """
 
 from __future__ import annotations
@@ -57,6 +59,25 @@ def _text(path: str) -> str:
     return raw[:MAX_TEXT].decode("utf-8", "replace") + ("\n[output truncated]" if cut else "")
 
 
+def aiger_constant_false(path: str) -> bool:
+    """Whether the binary AIGER file at `path` has one output and it is the constant 0 literal, with no bad-state,
+    constraint, justice or fairness property: Yosys's optimisation already reduced the miter to "never differs"
+    (two sides it hashed to the same logic), so there is nothing left for ABC to prove. Anything else, or a file
+    that does not read as such, is False."""
+    raw = _read(path, 1 << 16)  # the header, the latches and the output come first; a longer file is read in part
+    if raw is None:
+        return False
+    lines = raw.split(b"\n")
+    head = lines[0].split()
+    if len(head) < 6 or head[0] != b"aig" or not all(f.isdigit() for f in head[1:]):
+        return False
+    fields = [int(f) for f in head[1:]]
+    latches, outputs, extra = fields[2], fields[3], fields[5:]
+    if outputs != 1 or any(extra) or len(lines) < latches + 3:
+        return False
+    return lines[1 + latches].strip() == b"0"
+
+
 def _child(ys, job: dict, folder: str) -> None:
     """In the forked child: never returns."""
     try:
@@ -75,7 +96,11 @@ def _child(ys, job: dict, folder: str) -> None:
         ys.run_pass("script " + str(job["script"]), ys.Design())
         signal.alarm(0)
         abc = job.get("abc")
-        if abc:
+        trivial = job.get("abc_unless_false")  # the AIGER file whose constant-0 output needs no ABC run
+        if abc and isinstance(trivial, str) and "/" not in trivial and aiger_constant_false(trivial):
+            with open("yosys.done", "w"):
+                pass
+        elif abc:
             stdout = os.open("stdout", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.dup2(stdout, 1)
             os.close(stdout)
