@@ -87,6 +87,7 @@ def test_lfsr_reference_is_proved_equivalent_to_itself_renamed(stage, executor, 
     r = check(stage, executor, tmp_path, task, {rel: renamed})
     assert r.status is Status.PASSED and r.score == 1.0, r.feedback
     assert r.metrics["equivalence"] == "proved" and r.metrics["method"] == "formal"
+    assert r.metrics["formal_engine"] == "pdr"  # a sequential miter: ABC's
     assert r.metrics["reset"] == "reset" and r.metrics["clock"] == "clock"
 
 
@@ -239,18 +240,20 @@ XOR_GATE = "module x1(input a, input b, output y);\n  assign y = a ^ b;\nendmodu
 XOR_SOP = "module x1(input a, input b, output y);\n  assign y = (a & ~b) | (~a & b);\nendmodule\n"
 
 
-def test_a_miter_yosys_reduces_to_the_constant_zero_is_proved_without_abc(stage, executor, tmp_path):
-    # The same logic on both sides: Yosys's optimisation leaves the miter's output the constant 0, so nothing is
-    # left for ABC to prove. Another structure of the same function still goes to ABC's PDR, and a wrong one is
-    # still refuted by it.
+def test_a_small_combinational_miter_is_decided_without_abc(stage, executor, tmp_path):
+    # The same logic on both sides: Yosys's optimisation leaves the miter's output the constant 0 (`structural`).
+    # Another structure of the same function, and a wrong one, are decided by evaluating the miter on every input
+    # (`exhaustive`); the wrong one's first differing input is the counterexample the simulation replays.
     task = comb_task(XOR_GATE, "x1")
     same = check(stage, executor, tmp_path / "same", task, {"rtl/top.sv": "// restated\n" + XOR_GATE})
     assert same.status is Status.PASSED and same.metrics["equivalence"] == "proved", same.feedback
     assert same.metrics["formal_engine"] == "structural"
     other = check(stage, executor, tmp_path / "other", task, {"rtl/top.sv": XOR_SOP})
-    assert other.status is Status.PASSED and other.metrics["formal_engine"] == "pdr", other.metrics
+    assert other.status is Status.PASSED and other.metrics["formal_engine"] == "exhaustive", other.metrics
     wrong = check(stage, executor, tmp_path / "wrong", task, {"rtl/top.sv": XOR_GATE.replace("^", "&")})
     assert wrong.status is Status.FAILED and wrong.metrics["formal"] == "cex", wrong.metrics
+    assert wrong.metrics["formal_engine"] == "exhaustive" and wrong.metrics["method"] == "formal", wrong.metrics
+    assert "counterexample" in wrong.feedback and "exhaustive" in wrong.feedback, wrong.feedback
 
 
 MUX_WORDS = """module TopModule(input [1023:0] in, input [7:0] sel, output [3:0] out);

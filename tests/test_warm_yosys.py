@@ -48,13 +48,15 @@ def test_a_real_proof_job_runs_yosys_then_abc(pool):
     assert got["files"]["eq.aig"] and got["files"]["eq.aim"] is not None
 
 
-def test_abc_is_not_started_when_the_miter_is_the_constant_zero(pool):
-    miter = "read_verilog -sv a.v\nhierarchy -top a\nproc\nflatten\nopt\naigmap\nwrite_aiger -zinit eq.aig\n"
+def test_abc_is_not_started_when_the_miter_is_decided_without_it(pool):
+    miter = "read_verilog -sv a.v\nhierarchy -top a\nproc\nflatten\nopt\ntechmap\ndffunmap\naigmap\nwrite_aiger -zinit eq.aig\n"
     abc = ["/bin/sh", "-c", "echo abc-ran"]
-    for trigger, runs in (("x & ~x", False), ("x & y", True)):
-        design = f"module a(input x, input y, output trigger); assign trigger = {trigger}; endmodule\n"
+    latch = "reg r = 0; always @(posedge x) r <= y;"
+    for trigger, runs in (("x & ~x", False), ("x & y", False), (f"r; {latch}", True)):
+        trigger, _, extra = trigger.partition(";")
+        design = f"module a(input x, input y, output trigger); {extra} assign trigger = {trigger}; endmodule\n"
         got = pool.prove(
-            {"eq.ys": miter, "a.v": design}, "eq.ys", 10.0, abc, 10.0, ("eq.aig",), abc_unless_false="eq.aig"
+            {"eq.ys": miter, "a.v": design}, "eq.ys", 10.0, abc, 10.0, ("eq.aig",), abc_unless_decided="eq.aig"
         )
         assert got is not None and got["yosys_done"] and got["rc"] == 0, got
         assert ("abc-ran" in got["stdout"]) is runs, (trigger, got["stdout"])
@@ -166,25 +168,124 @@ def test_an_answer_too_large_for_a_warm_reply_falls_back_at_once(pool):
     assert after is not None and "served" in after["stdout"]
 
 
+def aig(inputs: int, ands: list[tuple[int, int]], out: int, *, latches: list[str] = (), extra: str = "") -> bytes:
+    """A binary AIGER file: `ands` are (rhs0, rhs1) literals of gates numbered after the inputs and latches."""
+    body = bytearray()
+    for k, (r0, r1) in enumerate(ands):
+        lhs = 2 * (inputs + len(latches) + k + 1)
+        r0, r1 = max(r0, r1), min(r0, r1)
+        for delta in (lhs - r0, r0 - r1):
+            while delta >= 0x80:
+                body.append(delta & 0x7F | 0x80)
+                delta >>= 7
+            body.append(delta)
+    m = inputs + len(latches) + len(ands)
+    head = f"aig {m} {inputs} {len(latches)} 1 {len(ands)}{extra}\n" + "".join(f"{x}\n" for x in latches)
+    return head.encode() + f"{out}\n".encode() + bytes(body)
+
+
+XOR = [(2, 5), (3, 4)]  # x0 & ~x1, ~x0 & x1; x0 ^ x1 = ~(~g1 & ~g2)
+
+
 @pytest.mark.parametrize(
-    ("aiger", "constant"),
+    ("data", "expected"),
     [
-        (b"aig 2 2 0 1 0\n0\n", True),
-        (b"aig 3 2 1 1 0\n6\n0\n", True),  # a latch line, then the output
-        (b"aig 3 2 1 1 0 0 0 0 0\n6\n0\n", True),  # AIGER 1.9's header with no property of another kind
-        (b"aig 2 2 0 1 0\n1\n", False),  # the constant 1: always differs
-        (b"aig 2 2 0 1 0\n2\n", False),  # an input
-        (b"aig 2 2 0 2 0\n0\n0\n", False),  # two outputs
-        (b"aig 2 2 0 1 0 1 0 0 0\n0\n2\n", False),  # a bad-state property besides the output
-        (b"aag 2 2 0 1 0\n2\n4\n0\n", False),  # the ASCII format is not what Yosys writes here
-        (b"aig 3 2 1 1 0\n0\n", False),  # cut short
-        (b"\x00\xff garbage", False),
-        (b"", False),
+        (aig(2, [], 0), ("proved", "structural", {})),
+        (aig(3, [(2, 4)], 0, latches=["6"]), ("proved", "structural", {})),  # a latch line, then the output
+        (aig(2, [(2, 4)], 6), ("cex", "exhaustive", {0: 1, 1: 1})),  # x0 & x1: the first pattern is 11
+        (aig(2, [(2, 3)], 6), ("proved", "exhaustive", {})),  # x0 & ~x0 never holds
+        (aig(2, [*XOR, (7, 9)], 10), ("cex", "exhaustive", {0: 0, 1: 0})),  # xnor: 00 first
+        (aig(2, [*XOR, (7, 9)], 11), ("cex", "exhaustive", {0: 1, 1: 0})),  # xor: 01 (x0 = 1) first
+        (aig(2, [], 1), ("cex", "exhaustive", {0: 0, 1: 0})),  # the constant 1: always differs
+        # 9 inputs, output = all of them: the only pattern is all ones (inputs past the first bytes' patterns)
+        (aig(9, [(2, 4), (20, 6), (22, 8), (24, 10), (26, 12), (28, 14), (30, 16), (32, 18)], 34),
+         ("cex", "exhaustive", {k: 1 for k in range(9)})),
+        (aig(17, [], 2), None),  # more inputs than are evaluated: ABC's
+        (aig(3, [(2, 4)], 8, latches=["6"]), None),  # a latch: a sequential miter is ABC's
+        (aig(2, [(2, 4)], 6, extra=" 1 0 0 0"), None),  # a bad-state property besides the output
+        (b"aig 2 2 0 2 0\n0\n0\n", None),  # two outputs
+        (b"aig 3 2 0 1 0\n0\n", None),  # M is not I + L + A
+        (b"aag 2 2 0 1 0\n2\n4\n0\n", None),  # the ASCII format is not what Yosys writes here
+        (aig(2, [(2, 4)], 6)[:-1], None),  # cut inside the gates
+        (b"aig 3 2 1 1 0\n6\n", None),  # cut before the output
+        (b"\x00\xff garbage", None),
+        (b"", None),
     ],
 )
-def test_only_a_single_constant_zero_output_counts_as_nothing_to_prove(tmp_path, aiger, constant):
-    from rtlreward_equivalence.yosys_server import aiger_constant_false
+def test_a_miter_is_decided_without_abc_only_where_that_is_complete(tmp_path, data, expected):
+    from rtlreward_equivalence.yosys_server import aiger_decide
 
-    (tmp_path / "eq.aig").write_bytes(aiger)
-    assert aiger_constant_false(str(tmp_path / "eq.aig")) is constant
-    assert aiger_constant_false(str(tmp_path / "missing.aig")) is False
+    (tmp_path / "eq.aig").write_bytes(data)
+    assert aiger_decide(str(tmp_path / "eq.aig")) == expected
+    assert aiger_decide(str(tmp_path / "missing.aig")) is None
+
+
+# Pairs of combinational designs (reference, answer) over the same ports, equivalent or not, the last ones with an x
+# and an undriven output (both free values in the miter).
+COMB_PAIRS = [
+    ("assign y = a ^ b ^ c;", "assign y = (a ^ b) ^ c;"),
+    ("assign y = a ^ b ^ c;", "assign y = (a & ~b & ~c) | (~a & b & ~c) | (~a & ~b & c) | (a & b & c);"),
+    ("assign y = (a & b) | (b & c) | (a & c);", "assign y = (a & b) | (b & c);"),
+    ("assign y = a + b + c;", "assign y = {1'b0, a} + {1'b0, b} + c;"),
+    ("assign y = c ? a : b;", "assign y = (c & a) | (~c & b);"),
+    ("assign y = c ? a : b;", "assign y = (c & b) | (~c & a);"),
+    ("assign y = a & b;", "assign y = 1'bx;"),
+    ("assign y = a & b;", ""),
+]
+
+
+def _random_expr(rng, depth: int) -> str:
+    if depth == 0 or rng.random() < 0.2:
+        return rng.choice(["a", "b", "c", "~a", "~b", "~c", "1'b0", "1'b1"])
+    op = rng.choice(["&", "|", "^", "?"])
+    if op == "?":
+        return f"({_random_expr(rng, depth - 1)} ? {_random_expr(rng, depth - 1)} : {_random_expr(rng, depth - 1)})"
+    return f"({_random_expr(rng, depth - 1)} {op} {_random_expr(rng, depth - 1)})"
+
+
+def _random_pairs(n: int) -> list[tuple[str, str]]:
+    import random
+
+    rng = random.Random(16)
+    out = []
+    for _ in range(n):
+        ref = _random_expr(rng, 3)
+        ans = ref if rng.random() < 0.3 else _random_expr(rng, 3)  # the same text restated, or another function
+        out.append((f"assign y = {ref};", f"wire t = {ans};\n  assign y = t;"))
+    return out
+
+
+COMB_PAIRS += _random_pairs(12)
+
+
+@pytest.mark.parametrize(("ref", "ans"), COMB_PAIRS)
+def test_the_exhaustive_verdict_is_abcs_on_the_same_miter(pool, ref, ans):
+    from rtlreward_equivalence import formal
+    from rtlreward_equivalence.design import PortInfo
+    from rtlreward_equivalence.yosys_server import aiger_decide
+
+    def module(body: str) -> str:
+        return f"module m(input a, input b, input c, output y);\n  {body}\nendmodule\n"
+
+    names = formal.Names.fresh()
+    inputs = [PortInfo(n, "input", 1, True) for n in "abc"]
+    script = formal.miter_script(["gold.v"], ["gate.v"], "m", "wrapper.sv", names)
+    files = {"eq.ys": script, "gold.v": module(ref), "gate.v": module(ans)}
+    files["wrapper.sv"] = formal.wrapper(inputs, None, 1, names)
+    exe = os.path.join(_pyosys_dir(), "pyosys", "yosys-abc")
+    abc = [exe, "-s", "-c", formal.abc_pdr(5)]
+    got = pool.prove(files, "eq.ys", 20.0, abc, 10.0, (formal.AIG, formal.MAP, "pdr.cex"))
+    assert got is not None and got["yosys_done"], got
+    aig_file = Path(os.environ.get("TMPDIR", "/tmp")) / f"rtlr-{uuid.uuid4().hex}.aig"
+    try:
+        aig_file.write_bytes(got["files"][formal.AIG])
+        decided = aiger_decide(str(aig_file))
+    finally:
+        aig_file.unlink(missing_ok=True)
+    assert decided is not None and decided[1] in ("structural", "exhaustive"), decided
+    by_abc = formal.parse_abc(got["stdout"])
+    assert by_abc.verdict in ("proved", "cex"), got["stdout"]
+    assert decided[0] == by_abc.verdict, (decided, got["stdout"])
+    if decided[0] == "cex":  # ABC's counterexample sets the output too: both find a real difference
+        inputs_map = formal.parse_map(got["files"][formal.MAP].decode())
+        assert formal.parse_cex(got["files"]["pdr.cex"].decode(), inputs_map)

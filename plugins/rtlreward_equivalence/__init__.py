@@ -351,7 +351,7 @@ class EquivalenceStage(Stage):
         wanted = (formal.AIG, formal.MAP, "pdr.cex")
         probe = getattr(ctx.executor, "is_cancelled", None)
         cancelled = (lambda: bool(probe(ctx.workspace))) if callable(probe) else None
-        got = pool.prove(files, name, limit, abc, abc_limit, wanted, cancelled, abc_unless_false=formal.AIG)
+        got = pool.prove(files, name, limit, abc, abc_limit, wanted, cancelled, abc_unless_decided=formal.AIG)
         if got is None:
             return None
         for n in wanted:
@@ -476,11 +476,9 @@ class EquivalenceStage(Stage):
                 seconds=seconds,
                 answer_side=answer_side,
             )
-        if yosys_server.aiger_constant_false(str(work / formal.AIG)):
-            # Yosys's own optimisation left the miter's output the constant 0 (the two sides hashed to the same
-            # logic): proved for every input and every choice of x, with nothing for ABC to do (the warm server
-            # does not start it; an ABC that ran in the one-shot command would say the same).
-            return _Formal("proved", "structural", seconds=seconds, nolatches=nolatches)
+        decided = self._decided(work, seconds, nolatches)
+        if decided is not None:
+            return decided
         if abc_res is not None:  # ABC ran in Yosys's command (its time is in that command's duration)
             res = abc_res
         else:
@@ -520,6 +518,27 @@ class EquivalenceStage(Stage):
         return _Formal(
             "undecided", engine, note=f"the proof did not close within {budget:g} s", seconds=seconds
         )
+
+    @staticmethod
+    def _decided(work: Path, seconds: float, nolatches: bool) -> _Formal | None:
+        """The miter decided from its AIGER file without ABC (`yosys_server.aiger_decide`): its output the constant 0
+        after Yosys's optimisation (`structural`), or a combinational miter with few inputs evaluated on every input
+        pattern (`exhaustive`: proved, or the first pattern that differs as a one-frame counterexample). The warm
+        server does not start ABC for these; where ABC ran in the one-shot command its verdict is the same."""
+        got = yosys_server.aiger_decide(str(work / formal.AIG))
+        if got is None:
+            return None
+        verdict, engine, bits = got
+        if verdict == "proved":
+            return _Formal("proved", engine, seconds=seconds, nolatches=nolatches)
+        try:
+            inputs = formal.parse_map((work / formal.MAP).read_text())
+        except OSError:
+            return None
+        frame: dict[str, int] = {}
+        for idx, (name, pos) in inputs.items():
+            frame[name] = frame.get(name, 0) | (bits.get(idx, 0) << pos)
+        return _Formal("cex", engine, frames=(frame,), seconds=seconds, nolatches=nolatches)
 
     def _sat_prove(
         self,

@@ -2,7 +2,8 @@
 
 Yosys builds the miter and writes it as an AIGER file; `yosys-abc` (shipped with Yosys) runs `pdr` (a complete
 proof or a counterexample, for sequential and combinational designs alike) and, when PDR does not decide within
-its budget, `bmc3` to a bound. Measured here, ABC's PDR decides a 4-deep FIFO in 0.1 s, where Yosys's own
+its budget, `bmc3` to a bound. A miter whose output Yosys already reduced to the constant 0, or a combinational one
+with few inputs, is decided from the file without ABC (`yosys_server.aiger_decide`). Measured here, ABC's PDR decides a 4-deep FIFO in 0.1 s, where Yosys's own
 `sat -tempinduct` needs seconds per step on the same miter.
 
 Semantics, chosen to match the differential simulation:
@@ -114,13 +115,19 @@ def wrapper(inputs: Sequence[PortInfo], reset: Reset | None, reset_cycles: int, 
         else:
             conns.append(f".in_{name}(in_{name})")
     conns.append(".trigger(rtlreward_diff)")
-    return "\n".join(
-        [
-            f"module {names.top}({', '.join(ports)}, output trigger);",
+    if hold:
+        started = [
             "  reg [7:0] rtlreward_frame = 8'd0;",
             f"  always @(posedge rtlreward_clk) if (rtlreward_frame != 8'd{hold}) "
             "rtlreward_frame <= rtlreward_frame + 8'd1;",
             f"  wire rtlreward_started = rtlreward_frame == 8'd{hold};",
+        ]
+    else:  # compared from the first frame: no counter (its 8 latches would make a combinational miter sequential)
+        started = ["  wire rtlreward_started = 1'b1;"]
+    return "\n".join(
+        [
+            f"module {names.top}({', '.join(ports)}, output trigger);",
+            *started,
             "  wire rtlreward_diff;",
             f"  {names.miter} m ({', '.join(conns)});",
             "  assign trigger = rtlreward_started & rtlreward_diff;",

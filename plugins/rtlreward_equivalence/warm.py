@@ -150,12 +150,12 @@ class WarmYosys:
         abc_seconds: float,
         want: Sequence[str],
         cancelled: Callable[[], bool] | None = None,
-        abc_unless_false: str | None = None,
+        abc_unless_decided: str | None = None,
     ) -> dict[str, Any] | None:
         """Run one job (see `yosys_server`); None when no server could take it, it did not answer in time, or
         `cancelled()` turned true meanwhile (its server is then killed with the job; the caller runs its one-shot
         command, which a cancelled executor refuses at once). Files in the answer are bytes, or None. ABC is not
-        started when the AIGER file `abc_unless_false` names has the constant 0 as its only output."""
+        started when the AIGER file `abc_unless_decided` names is decided without it (`yosys_server.aiger_decide`)."""
         server = self._take()
         if server is None:
             return None
@@ -166,7 +166,7 @@ class WarmYosys:
             "abc": list(abc) if abc else None,
             "abc_seconds": abc_seconds,
             "want": list(want),
-            "abc_unless_false": abc_unless_false,
+            "abc_unless_decided": abc_unless_decided,
         }
         start = time.monotonic()
         line = None

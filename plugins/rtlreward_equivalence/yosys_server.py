@@ -9,15 +9,15 @@ shares with the warm sandbox cells); Python's standard library only, besides pyo
 
 Protocol (one job at a time): a request is one JSON line on stdin, {"files": {name: text}, "script": name,
 "seconds": Yosys's limit, "abc": [program, args...] or null, "abc_seconds": ABC's limit, "want": [names],
-"abc_unless_false": an AIGER file's name or null}; the answer is one JSON line on stdout, {"rc", "stdout", "stderr",
+"abc_unless_decided": an AIGER file's name or null}; the answer is one JSON line on stdout, {"rc", "stdout", "stderr",
 "timed_out", "yosys_done", "files": {name: base64 or null}}.
 The first line the server writes is {"ready": true, "pid": ...} once libyosys is loaded.
 
 Per job: a fresh folder; a forked child in its own session with stdin, stdout and stderr on files of that folder
 (the protocol's pipes closed before anything of the job is read), an alarm at Yosys's limit, the script run on a new
 design; when it succeeds and `abc` is given, the child writes `yosys.done` and becomes ABC (exec), unless the
-AIGER file named by `abc_unless_false` has the constant 0 as its one output (`aiger_constant_false`: nothing to
-prove). The server waits up to both limits, kills the child's group, then every other process it can signal (the
+AIGER file named by `abc_unless_decided` is decided without it (`aiger_decide`: a constant-0 output, or a small
+combinational miter evaluated on every input). The server waits up to both limits, kills the child's group, then every other process it can signal (the
 sandbox's PID namespace holds only this server and the job: whatever the job left running dies before the answer is
 written), reads what was asked for and removes the folder. This process is not dumpable, so a job cannot ptrace it
 or read its pipes through /proc.
@@ -59,23 +59,93 @@ def _text(path: str) -> str:
     return raw[:MAX_TEXT].decode("utf-8", "replace") + ("\n[output truncated]" if cut else "")
 
 
-def aiger_constant_false(path: str) -> bool:
-    """Whether the binary AIGER file at `path` has one output and it is the constant 0 literal, with no bad-state,
-    constraint, justice or fairness property: Yosys's optimisation already reduced the miter to "never differs"
-    (two sides it hashed to the same logic), so there is nothing left for ABC to prove. Anything else, or a file
-    that does not read as such, is False."""
-    raw = _read(path, 1 << 16)  # the header, the latches and the output come first; a longer file is read in part
-    if raw is None:
-        return False
-    lines = raw.split(b"\n")
-    head = lines[0].split()
+# A combinational miter (no latch) with few inputs is decided by evaluating its AIG on every input at once (one
+# bit per input pattern, a Python int per node) instead of starting ABC (~20 ms of its own start-up): complete, like
+# PDR, and with the first differing pattern as the counterexample. Bounded: at most 2^16 patterns and this many
+# node x pattern bits, so a file no larger than the limits costs at most a few milliseconds.
+EXHAUSTIVE_INPUTS = 16
+EXHAUSTIVE_WORK = 1 << 28
+AIGER_MAX = 16 << 20
+
+
+def aiger_decide(path: str) -> tuple[str, str, dict[int, int]] | None:
+    """What the binary AIGER file at `path` says without ABC, or None when it takes a real proof: ("proved",
+    "structural", {}) when its one output is the constant 0 (Yosys's optimisation already found the two sides the
+    same logic); for a file with no latch and few inputs, ("proved", "exhaustive", {}) when no input pattern sets
+    the output, else ("cex", "exhaustive", {input index: bit}) for the first pattern that does. Only a file with
+    exactly one output and no bad-state, constraint, justice or fairness property is decided; anything else, or a
+    file that does not read as AIGER, is None."""
+    raw = _read(path, AIGER_MAX)
+    if raw is None or len(raw) > AIGER_MAX:
+        return None
+    nl = raw.find(b"\n")
+    head = raw[:nl].split() if nl > 0 else []
     if len(head) < 6 or head[0] != b"aig" or not all(f.isdigit() for f in head[1:]):
-        return False
-    fields = [int(f) for f in head[1:]]
-    latches, outputs, extra = fields[2], fields[3], fields[5:]
-    if outputs != 1 or any(extra) or len(lines) < latches + 3:
-        return False
-    return lines[1 + latches].strip() == b"0"
+        return None
+    m, i, latches, outputs, ands, *extra = (int(f) for f in head[1:])
+    if outputs != 1 or any(extra) or m != i + latches + ands:
+        return None
+    pos = nl + 1
+    for _ in range(latches):  # a latch line: next-state literal (and an init value)
+        nl = raw.find(b"\n", pos)
+        if nl < 0:
+            return None
+        pos = nl + 1
+    nl = raw.find(b"\n", pos)
+    if nl < 0 or not raw[pos:nl].strip().isdigit():
+        return None
+    out = int(raw[pos:nl])
+    pos = nl + 1
+    if out == 0:
+        return ("proved", "structural", {})
+    if latches or i > EXHAUSTIVE_INPUTS or (ands + 1) << i > EXHAUSTIVE_WORK or out > 2 * m + 1:
+        return None
+    n = 1 << i  # patterns: pattern p gives input k the value of bit k of p
+    mask = (1 << n) - 1
+    values = [0] * (m + 1)
+    for k in range(i):
+        if k < 3:
+            unit = bytes((0xAA, 0xCC, 0xF0)[k : k + 1])
+        else:
+            half = 1 << (k - 3)
+            unit = bytes(half) + b"\xff" * half
+        count = max(1, (n // 8) // len(unit))
+        values[k + 1] = int.from_bytes(unit * count, "little") & mask
+
+    def lit(x: int) -> int:
+        v = values[x >> 1]
+        return v ^ mask if x & 1 else v
+
+    def number() -> int:  # AIGER's 7-bit little-endian delta encoding
+        nonlocal pos
+        value = shift = 0
+        while True:
+            if pos >= len(raw) or shift > 35:
+                raise ValueError("cut short")
+            byte = raw[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+
+    try:
+        for a in range(ands):
+            lhs = 2 * (i + a + 1)
+            rhs0 = lhs - number()
+            rhs1 = rhs0 - number()
+            if not 0 <= rhs1 <= rhs0 < lhs:
+                return None
+            values[i + a + 1] = lit(rhs0) & lit(rhs1)
+    except ValueError:
+        return None
+    if out >> 1 > i + ands:
+        return None
+    hit = lit(out)
+    if not hit:
+        return ("proved", "exhaustive", {})
+    first = (hit & -hit).bit_length() - 1
+    return ("cex", "exhaustive", {k: (first >> k) & 1 for k in range(i)})
 
 
 def _child(ys, job: dict, folder: str) -> None:
@@ -96,8 +166,8 @@ def _child(ys, job: dict, folder: str) -> None:
         ys.run_pass("script " + str(job["script"]), ys.Design())
         signal.alarm(0)
         abc = job.get("abc")
-        trivial = job.get("abc_unless_false")  # the AIGER file whose constant-0 output needs no ABC run
-        if abc and isinstance(trivial, str) and "/" not in trivial and aiger_constant_false(trivial):
+        decided = job.get("abc_unless_decided")  # the AIGER file that may need no ABC run (`aiger_decide`)
+        if abc and isinstance(decided, str) and "/" not in decided and aiger_decide(decided) is not None:
             with open("yosys.done", "w"):
                 pass
         elif abc:
