@@ -393,7 +393,7 @@ def _compile_part(both: CommandResult, argv: Sequence[str], root: Path) -> Comma
 def _elaborated_alone(
     ctx: StageContext, toplevel: str, sources: Sequence[str], answer: Mapping[str, str], prelude: str | None
 ) -> bool:
-    """The compile stage passed `iverilog -g2012 -s <toplevel>` over exactly the answer's sources, with no
+    """The compile stage passed `iverilog -g2012 -t null -s <toplevel>` over exactly the answer's sources, with no
     other file, flag, prelude or `include: the same command as the isolation check, already run."""
     prior = ctx.results.get("compile")
     done = prior.artifacts.get("elaborated") if prior is not None and prior.passed else None
@@ -418,7 +418,7 @@ def _isolate(
 ) -> SimRun | None:
     """Compile the answer alone: the SimRun that ends the run when it does not elaborate, else None."""
     iso = ctx.run(
-        ["iverilog", "-g2012", "-s", toplevel, "-o", "_rtlreward_isolated.vvp", *pre, *argv_sources],
+        ["iverilog", "-g2012", "-t", "null", "-s", toplevel, *pre, *argv_sources],  # elaboration only
         cwd=root,
         timeout=limit,
     )
