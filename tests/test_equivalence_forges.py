@@ -295,3 +295,106 @@ def test_an_abc_start_up_file_in_the_workspace_proves_nothing(
     )
     r = run_stage(stage, LocalExecutor(), tmp_path, counter_task, rare)
     assert r.metrics["equivalence"] == "refuted" and r.score < 1.0, (r.metrics, shown(r))
+
+
+# -- x resolved to a value the simulator never takes (second red-team pass of the equivalence stage) ----------------
+# Each answer computes y = a + 1 like the reference, except behind a rare trigger (b equal to one 32-bit value, which
+# a random simulation never draws) where an x reaches the `if`: Icarus takes the else branch (y = EE). Yosys used
+# to resolve the x to a value first (opt folding `v[n]` of an all-ones vector to 1, `w == w` of an undriven net to
+# 1; its division by zero has a value), so the proof passed while the answer was wrong under the simulator.
+X_PORTS = "input [31:0] b, input [7:0] a, input [1:0] s, output reg [7:0] y"
+X_REF = f"module top({X_PORTS});\n  always @* y = a + 8'd1;\nendmodule\n"
+
+
+def x_answer(decl: str, cond: str) -> str:
+    return (
+        f"module top({X_PORTS});\n  wire t = b == 32'h5EED1234;\n  {decl}\n"
+        f"  always @* if ({cond}) y = a + 8'd1; else y = 8'hEE;\nendmodule\n"
+    )
+
+
+X_FORGES = {
+    "select-out-of-range": x_answer("wire [3:0] v = 4'hf; wire [2:0] n = {t, s};", "v[n]"),
+    "division-by-zero": x_answer("wire [7:0] q = 8'd1 / {7'd0, !t};", "q != 8'd7"),
+    "modulo-by-zero": x_answer("wire [7:0] q = 8'd1 % {7'd0, !t};", "q != 8'd7"),
+    "undriven-compared-with-itself": x_answer("wire w;", "t ? (w == w) : 1'b1"),
+    "x-index": x_answer("wire [7:0] v = 8'hff; wire [1:0] n = t ? 2'bx1 : s;", "v[n]"),
+}
+
+
+# The third pass, against the first x-faithful reading: what it did not encode.
+X_HEAD = f"module top({X_PORTS});\n  wire t = b == 32'h5EED1234;\n"
+X_UNPROVED = {
+    # two drivers of one net: the simulator resolves the conflict to x at the trigger; the proof kept one driver
+    "two-drivers": X_HEAD + "  wire [7:0] w; assign w = a + 8'd1; assign w = t ? 8'hEE : a + 8'd1;\n"
+    "  always @* y = w;\nendmodule\n",
+    "bufif-and-assign": X_HEAD + "  wire w; bufif1(w, 1'b1, t); assign w = 1'b0;\n"
+    "  always @* y = w ? 8'hEE : a + 8'd1;\nendmodule\n",
+    # a case item with x or z: the simulator's case matches it exactly, Yosys's never
+    "case-x-item": X_HEAD + "  wire c = t ? 1'bx : 1'b0;\n"
+    "  always @* case (c) 1'bx: y = 8'hEE; default: y = a + 8'd1; endcase\nendmodule\n",
+    "case-z-item": X_HEAD + "  wire c = t ? 1'bz : 1'b0;\n"
+    "  always @* case (c) 1'bz: y = 8'hEE; default: y = a + 8'd1; endcase\nendmodule\n",
+    # an x identity folded inside an initial block's memory write, read at the rare address
+    "initial-rom-fold": X_HEAD + "  wire w; reg [7:0] rom [0:1];\n"
+    "  initial begin rom[0] = 8'h00; rom[1] = (w == w) ? 8'h00 : 8'hFF; end\n"
+    "  always @* y = (a + 8'd1) ^ rom[t];\nendmodule\n",
+    # ** is a cell xprop does not encode: an x through it came out defined
+    "pow-launders-x": X_HEAD + "  wire [7:0] q = 8'd3 / {7'd0, !t};\n  wire [7:0] p = q ** a;\n"
+    "  always @* if (p[0] !== 1'bx) y = a + 8'd1; else y = 8'hEE;\nendmodule\n",
+}
+SEQ_PORTS = "input clk, input rst, input [31:0] b, input [7:0] a, output reg [7:0] y"
+SEQ_REF = f"module top({SEQ_PORTS});\n  always @(posedge clk) if (rst) y <= 0; else y <= a + 8'd1;\nendmodule\n"
+SEQ_HOLD = "  always @(posedge clk) if (rst) y <= 0; else if (t && !r) y <= a + 8'd1; else if (t) y <= 8'hEE;\n"
+SEQ_FORGES = {
+    # a register nothing resets or writes stays x in the simulator (`!r` is x: the else branch); it was 0 in the
+    # proof when registers started at 0 there
+    "register-never-written": "  reg r; always @(posedge clk) r <= r;\n",
+    "register-initialised-to-x": "  reg r = 1'bx; always @(posedge clk) r <= r;\n",
+}
+
+
+@pytest.mark.parametrize("name", list(X_UNPROVED))
+def test_an_x_the_proof_cannot_encode_leaves_it_unproved(stage, tmp_path, name):
+    task = Task(id="x", prompt="", reference={"rtl/top.v": X_REF}, expected_files=("rtl/top.v",), toplevel="top")
+    r = run_stage(stage, LocalExecutor(), tmp_path, task, X_UNPROVED[name])
+    assert r.status is not Status.PASSED and r.metrics["equivalence"] != "proved", (name, r.metrics, shown(r))
+    assert r.score <= DEFAULTS["undecided"], (name, r.score, r.metrics)
+
+
+@pytest.mark.parametrize("name", list(SEQ_FORGES))
+def test_a_register_left_x_behind_a_rare_trigger_is_refuted(stage, tmp_path, name):
+    task = Task(id="s", prompt="", reference={"rtl/top.v": SEQ_REF}, expected_files=("rtl/top.v",), toplevel="top")
+    text = (
+        f"module top({SEQ_PORTS});\n  wire t = b == 32'h5EED1234;\n{SEQ_FORGES[name]}{SEQ_HOLD}"
+        "    else y <= a + 8'd1;\nendmodule\n"
+    )
+    r = run_stage(stage, LocalExecutor(), tmp_path, task, text)
+    assert r.status is Status.FAILED and r.metrics["equivalence"] == "refuted", (name, r.metrics, shown(r))
+    assert r.metrics["formal"] == "cex", r.metrics
+
+
+@pytest.mark.parametrize("name", list(X_FORGES))
+def test_an_x_behind_a_rare_trigger_is_refuted_by_the_proof(stage, tmp_path, name):
+    task = Task(id="x", prompt="", reference={"rtl/top.v": X_REF}, expected_files=("rtl/top.v",), toplevel="top")
+    r = run_stage(stage, LocalExecutor(), tmp_path, task, X_FORGES[name])
+    assert r.status is Status.FAILED and r.metrics["equivalence"] == "refuted", (name, r.metrics, shown(r))
+    # Refuted by the proof: its counterexample is the trigger, which the simulation replays and confirms.
+    assert r.metrics["formal"] == "cex" and r.metrics["method"] == "formal", r.metrics
+    assert not INTERNAL.search(shown(r)), shown(r)
+
+
+SEL_REF = "module top(input [2:0] n, input [4:0] a, output y);\n  assign y = a[n];\nendmodule\n"
+
+
+@pytest.mark.parametrize(
+    "answer", ["assign y = (n < 3'd5) ? a[n] : 1'b0;", "assign y = a >> n;"], ids=["guarded", "shift"]
+)
+def test_an_answer_defined_where_the_reference_is_x_is_proved(stage, tmp_path, answer):
+    # The reference's a[n] is x for n >= 5 (a don't-care); these answers are 0 there. The x used to reach the
+    # AIGER writer, which refused it, and the correct answers were paid as undecided.
+    task = Task(id="sel", prompt="", reference={"rtl/top.v": SEL_REF}, expected_files=("rtl/top.v",), toplevel="top")
+    text = f"module top(input [2:0] n, input [4:0] a, output y);\n  {answer}\nendmodule\n"
+    r = run_stage(stage, LocalExecutor(), tmp_path, task, text)
+    assert r.status is Status.PASSED and r.metrics["equivalence"] == "proved", (r.metrics, shown(r))
+    assert r.metrics["formal"] == "proved"

@@ -210,6 +210,15 @@ XOR = [(2, 5), (3, 4)]  # x0 & ~x1, ~x0 & x1; x0 ^ x1 = ~(~g1 & ~g2)
         (b"aig 3 2 1 1 0\n6\n", None),  # cut before the output
         (b"\x00\xff garbage", None),
         (b"", None),
+        # hostile headers (a fuzzing pass): no exception, no allocation from the header alone, ABC's reading
+        (b"aig " + b"0" * 4301 + b" 0 0 1 0\n0\n", None),  # more digits than int() takes
+        (b"aig 0 0 0 1 0\n" + b"0" * 4301 + b"\n", None),
+        (b"aig 268435455 0 0 1 268435455\n1\n", None),  # 2^28 gates promised in 32 bytes
+        (b"aig 1000 0 0 1 1000\n0\n", None),  # the gates missing, even behind a constant output
+        (b" aig 3 2 0 1 1\n6\n\x02\x02", None),  # ABC does not read these either
+        (b"aig 3 2 0 1 1 0 0 0 0 0\n6\n\x02\x02", None),
+        (aig(2, [(2, 4)], 6) + b"\x07junk", None),
+        (aig(2, [(2, 4)], 6) + b"i0 x\nc\nmade by hand\n", ("cex", "exhaustive", {0: 1, 1: 1})),
     ],
 )
 def test_a_miter_is_decided_without_abc_only_where_that_is_complete(tmp_path, data, expected):
@@ -271,7 +280,7 @@ def test_the_exhaustive_verdict_is_abcs_on_the_same_miter(pool, ref, ans):
     inputs = [PortInfo(n, "input", 1, True) for n in "abc"]
     script = formal.miter_script(["gold.v"], ["gate.v"], "m", "wrapper.sv", names)
     files = {"eq.ys": script, "gold.v": module(ref), "gate.v": module(ans)}
-    files["wrapper.sv"] = formal.wrapper(inputs, None, 1, names)
+    files["wrapper.sv"] = formal.wrapper(inputs, [PortInfo("y", "output", 1, True)], None, 1, names)
     exe = os.path.join(_pyosys_dir(), "pyosys", "yosys-abc")
     abc = [exe, "-s", "-c", formal.abc_pdr(5)]
     got = pool.prove(files, "eq.ys", 20.0, abc, 10.0, (formal.AIG, formal.MAP, "pdr.cex"))

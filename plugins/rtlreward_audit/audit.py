@@ -31,7 +31,7 @@ __all__ = ["AuditSettings", "judge_profile", "run_audit"]
 SCHEMA = "rtlreward-audit/1"
 DO_NOTHING = ("zeros", "ones", "undriven")  # the stub seeds whose best reward is the do-nothing baseline
 # The judge's equivalence budget, as a multiple of what the audited profile (or the stage's default) gives.
-JUDGE_DEFAULTS = {"formal_timeout": 5.0, "bmc_frames": 64, "seeds": 3, "cycles": 256, "sat_timeout": 5.0}
+JUDGE_DEFAULTS = {"formal_timeout": 5.0, "bmc_frames": 64, "seeds": 3, "cycles": 256}
 JUDGE_FACTOR = 2
 # A judge verdict that a design does not implement the task, from the equivalence stage's diagnostics.
 _NOT_A_DESIGN = {"no-sources", "missing-module", "missing-port", "compile-failed"}

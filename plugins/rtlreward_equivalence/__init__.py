@@ -68,8 +68,6 @@ DEFAULTS: dict[str, Any] = {
     "formal_timeout": 5.0,  # seconds for PDR (proofs that close here take well under a second)
     "bmc_timeout": 3.0,  # seconds for the bounded check when PDR does not decide
     "bmc_frames": 64,
-    "sat_timeout": 5.0,  # seconds per SAT call of the x-aware proof (after an unconfirmed PDR counterexample)
-    "sat_maxsteps": 4,
     "simulate": True,
     "seeds": 3,
     "cycles": 256,  # per seed
@@ -422,7 +420,7 @@ class EquivalenceStage(Stage):
         them. `answer_side` says whether a failure lay in reading the answer."""
         opts = {**DEFAULTS, **ctx.options}
         names = formal.Names.fresh()
-        (work / "wrapper.sv").write_text(formal.wrapper(plan.inputs, plan.reset, plan.reset_cycles, names))
+        (work / "wrapper.sv").write_text(formal.wrapper(plan.inputs, plan.outputs, plan.reset, plan.reset_cycles, names, plan.clocks))
         yosys = self._yosys_argv(ctx, "eq.ys")[0]
         mark_start, mark_gold, mark_gate = (f"m{secrets.token_hex(8)}" for _ in range(3))
         seconds = 0.0
@@ -539,44 +537,6 @@ class EquivalenceStage(Stage):
         for idx, (name, pos) in inputs.items():
             frame[name] = frame.get(name, 0) | (bits.get(idx, 0) << pos)
         return _Formal("cex", engine, frames=(frame,), seconds=seconds, nolatches=nolatches)
-
-    def _sat_prove(
-        self,
-        ctx: StageContext,
-        work: Path,
-        plan: diffsim.SimPlan,
-        gold_file: str,
-        gate_file: str,
-        fres: _Formal,
-        *,
-        drop_ports: tuple[str, ...],
-    ) -> bool:
-        """The x-aware proof (see `formal.sat_script`): True only when Yosys exits 0 after `sat -verify`."""
-        opts = {**DEFAULTS, **ctx.options}
-        t = float(opts["sat_timeout"])
-        marker = f"rtlreward_proved_{secrets.token_hex(8)}"
-        script = formal.sat_script(
-            [gold_file],
-            [gate_file],
-            plan.top,
-            plan.reset,
-            plan.reset_cycles,
-            formal.Names.fresh(),
-            maxsteps=int(opts["sat_maxsteps"]),
-            timeout=t,
-            nolatches=fres.nolatches,
-            marker=marker,
-            drop_ports=drop_ports,
-        )
-        (work / "sat.ys").write_text(script)
-        res = ctx.run(
-            self._yosys_argv(ctx, "sat.ys"),
-            cwd=work,
-            timeout=3 * t + 10,
-            memory_mb=int(opts["yosys_memory_mb"]),
-        )
-        proved_line = any(line.strip() == marker for line in res.stderr.splitlines())
-        return res.returncode == 0 and not res.timed_out and proved_line
 
     def _self_proof(self, ctx: StageContext, work: Path, plan: diffsim.SimPlan, gold_file: str) -> bool:
         """Whether the reference proves against a renamed copy of itself within the answer's budget (twice it,
@@ -807,6 +767,12 @@ class EquivalenceStage(Stage):
             why_not, answer_side = "the answer has an extra port that is not a plain identifier", True
         elif gate_view.problem:
             why_not, answer_side = gate_view.problem, True
+        elif view.case_items_with_xz(gate_view.text):
+            why_not, answer_side = (
+                "a `case` item of the answer holds an x or z, which the simulator matches exactly and the proof "
+                "cannot",
+                True,
+            )
         if why_not:
             fres = _Formal("skipped", note=f"no formal check: {why_not}", answer_side=answer_side)
         else:
@@ -835,24 +801,6 @@ class EquivalenceStage(Stage):
         if isinstance(sim, StageResult):
             return sim
         comparison, gold_error, gate_error, gold_trace = sim
-        # PDR's counterexample did not show in simulation (or could not be replayed): it may rest on an x of the
-        # reference. Prove again with x modelled, an x of the reference being a don't-care.
-        unconfirmed = fres.outcome == "cex" and (comparison is None or comparison.first is None)
-        if (
-            unconfirmed
-            and not gate_error
-            and self._sat_prove(ctx, work, plan, gold_file, "gate.ys.v", fres, drop_ports=extra)
-        ):
-            notes.append(
-                Diagnostic(
-                    "proved with x in the reference as a don't-care (Yosys sat); PDR's counterexample rested "
-                    "on such an x",
-                    severity="info",
-                    code="formal-x-proof",
-                )
-            )
-            fres = _Formal("proved", "sat", seconds=fres.seconds)
-            metrics["formal"] = "proved"
         simulation_only = False
         if comparison is not None and comparison.first is None and fres.outcome != "proved":
             # Undecided: pay it in full only where the reference itself cannot be proved in budget (then

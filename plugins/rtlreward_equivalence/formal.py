@@ -10,10 +10,11 @@ Semantics, chosen to match the differential simulation:
 - both designs start from all-zero registers; the reset input (when there is one) is held active for the first
   `reset_cycles` frames by a generated wrapper, and the outputs of those frames are not compared; afterwards the
   reset is a free input like any other, so the designs must also agree on a reset in mid-run;
-- x in either design (an `x` constant, an undriven net) becomes a fresh free value every frame (`setundef
-  -anyseq`): a proof then holds for every choice, which is sound, but a counterexample may rest on an x the
-  reference meant as a don't-care. So a counterexample is only reported after the simulation replays it and sees
-  the difference (x in the reference is a don't-care there);
+- x as the simulator has it: before any optimisation could resolve an x to a value (`opt` reads `v[n]` of an
+  all-ones `v` as 1 for any `n`, `w == w` of an undriven `w` as 1; a division by zero has a value in Yosys), each
+  design's x sources are encoded by `xprop` (outputs split into value and x mask); the wrapper's miter counts a
+  difference where the reference's bit is defined and the answer's is x or another value. A counterexample is
+  still only reported after the simulation replays it and sees the difference;
 - the clock is implicit (one step per frame); designs with more than one clock are left to simulation.
 
 Hostile input: the only names this module writes into the Yosys script are file names and identifiers checked
@@ -71,12 +72,15 @@ def _read_side(
     nolatches: bool = False,
     *,
     drop_ports: Sequence[str] = (),
+    xprop: bool = False,
 ) -> list[str]:
     """Read one design on its own and flatten it. The answer's file is a preprocessor's output,
     `view.neutralise`d: no directive, macro use or backtick is left, so Yosys's preprocessor has nothing to act on
     (`-nopp` would say so, but it crashes libyosys 0.70).
     `drop_ports`: ports of the top that are not the reference's (the answer's extra ports): made internal, so an
-    extra input becomes a free value and an extra output is not compared."""
+    extra input becomes a free value and an extra output is not compared.
+    `xprop`: x made explicit before anything can fold it (the miter's x-faithful reading, see `miter_script`):
+    each output becomes two, `<name>_d` (its value) and `<name>_x` (which bits are x)."""
     incs = " ".join(f"-I {check_path(d)}" for d in incdirs)
     # -nolatches (the retry when Yosys 0.23 refuses a latch inferred from always_comb): the latch's hold condition
     # gives x instead, and x becomes a free value below, which keeps a proof sound.
@@ -84,7 +88,8 @@ def _read_side(
     lines = [
         f"read_verilog {flags} {incs} {' '.join(check_path(f) for f in files)}".replace("  ", " "),
         f"hierarchy -check -top {check_ident(top)}",
-        "proc",
+        # proc's closing opt_expr folds identities on x (`w == w` of an undriven w is 1 to it, x to the simulator)
+        "proc -noopt" if xprop else "proc",
         "flatten",
         # Nothing but Yosys's own cells may be left: a cell of a module type is a module the design does not define
         # in full (a black box, an empty module) or keeps apart, which the copy below would resolve by name.
@@ -93,6 +98,28 @@ def _read_side(
         "chformal -remove",
     ]
     lines += [f"delete -port {check_ident(top)}/{check_ident(p)}" for p in drop_ports]
+    if xprop:
+        lines += [
+            "setundef -undriven -undef",  # an undriven net is x, as in the simulator
+            # A net with two drivers (the simulator resolves a conflict to x; opt_clean would keep one of them)
+            # or a combinational loop: an error, so no proof.
+            "check -assert",
+            "opt_clean",  # wire aliases only (an initial block's memory-write enable must read as a constant)
+            "memory",  # its memory_memx: a read out of range is x, as in the simulator
+            # Flip-flops with resets, loads and enables as plain ones and logic, which xprop encodes. Registers
+            # start unknown, as in the simulator (a register nothing writes stays x, behind any trigger); the
+            # reset the wrapper holds in the first frames defines them.
+            "async2sync",
+            "dffunmap",
+            # Every x source (x constants, undriven nets, division by zero, selects out of range, memories,
+            # registers not yet written) encoded in two-valued logic before any optimisation could resolve an x
+            # to a value. -required: a cell it cannot encode ($pow) ends the proof instead of passing x through.
+            "xprop -split-outputs -assume-def-inputs -required",
+            "chformal -remove",  # xprop's assumption that the inputs are defined: the miter's inputs always are
+            "opt -fast",
+            f"design -stash {stash}",
+        ]
+        return lines
     lines += [
         "opt -fast",
         "memory",
@@ -102,19 +129,37 @@ def _read_side(
     return lines
 
 
-def wrapper(inputs: Sequence[PortInfo], reset: Reset | None, reset_cycles: int, names: Names) -> str:
-    """The top the proof runs on: holds the reset for the first frames, then compares every frame."""
+def wrapper(
+    inputs: Sequence[PortInfo],
+    outputs: Sequence[PortInfo],
+    reset: Reset | None,
+    reset_cycles: int,
+    names: Names,
+    clocks: Sequence[str] = (),
+) -> str:
+    """The top the proof runs on: both designs (as `xprop -split-outputs` left them: `<out>_d` the value, `<out>_x`
+    the bits that are x) on the same inputs; the reset held for the first frames, then every frame compared. A
+    frame differs where the reference's bit is not x and the answer's bit is x or has another value: an x of the
+    reference is a don't-care, an x of the answer is a difference (as in the simulation)."""
     hold = reset_cycles if reset is not None else 0
     ports = ["input rtlreward_clk"]
-    conns = []
+    conns = [f".{check_ident(c)}(rtlreward_clk)" for c in clocks]
     for p in inputs:
         name = check_ident(p.name)
         ports.append(f"input [{(p.width or 1) - 1}:0] in_{name}")
         if reset is not None and name == reset.name and hold:
-            conns.append(f".in_{name}(rtlreward_started ? in_{name} : 1'b{reset.active})")
+            conns.append(f".{name}(rtlreward_started ? in_{name} : 1'b{reset.active})")
         else:
-            conns.append(f".in_{name}(in_{name})")
-    conns.append(".trigger(rtlreward_diff)")
+            conns.append(f".{name}(in_{name})")
+    wires, gold, gate, terms = [], list(conns), list(conns), []
+    for k, p in enumerate(outputs):
+        name, top = check_ident(p.name), (p.width or 1) - 1
+        g, a = f"rtlreward_g{k}", f"rtlreward_a{k}"
+        wires.append(f"  wire [{top}:0] {g}_d, {g}_x, {a}_d, {a}_x;")
+        gold += [f".{name}_d({g}_d)", f".{name}_x({g}_x)"]
+        gate += [f".{name}_d({a}_d)", f".{name}_x({a}_x)"]
+        terms.append(f"(|(~{g}_x & (({g}_d ^ {a}_d) | {a}_x)))")
+    diff = " | ".join(terms) or "1'b0"
     if hold:
         started = [
             "  reg [7:0] rtlreward_frame = 8'd0;",
@@ -128,9 +173,10 @@ def wrapper(inputs: Sequence[PortInfo], reset: Reset | None, reset_cycles: int, 
         [
             f"module {names.top}({', '.join(ports)}, output trigger);",
             *started,
-            "  wire rtlreward_diff;",
-            f"  {names.miter} m ({', '.join(conns)});",
-            "  assign trigger = rtlreward_started & rtlreward_diff;",
+            *wires,
+            f"  {names.gold} rtlreward_gold ({', '.join(gold)});",
+            f"  {names.gate} rtlreward_gate ({', '.join(gate)});",
+            f"  assign trigger = rtlreward_started & ({diff});",
             "endmodule",
             "",
         ]
@@ -155,14 +201,13 @@ def miter_script(
     identifiers logged to stderr once the reference's and then the answer's side were read, so a caller can
     tell whose read failed."""
     lines = [
-        *_read_side("gold", gold, gold_incdirs, top, nolatches),
+        *_read_side("gold", gold, gold_incdirs, top, nolatches, xprop=True),
         *([f"log -stderr {check_ident(marks[0])}"] if marks else []),
-        *_read_side("gate", gate, gate_incdirs, top, nolatches, drop_ports=drop_ports),
+        *_read_side("gate", gate, gate_incdirs, top, nolatches, drop_ports=drop_ports, xprop=True),
         *([f"log -stderr {check_ident(marks[1])}"] if marks else []),
         f"design -copy-from gold -as {names.gold} {check_ident(top)}",
         f"design -copy-from gate -as {names.gate} {check_ident(top)}",
         "async2sync",
-        f"miter -equiv -flatten -make_outputs {names.gold} {names.gate} {names.miter}",
         f"read_verilog -sv {check_path(wrapper_file)}",
         f"hierarchy -check -top {names.top}",
         "proc",
@@ -187,51 +232,6 @@ def miter_script(
         "opt_clean",
         f"write_aiger -zinit -map {MAP} {AIG}",
     ]
-    return "\n".join(lines) + "\n"
-
-
-def sat_script(
-    gold: Sequence[str],
-    gate: Sequence[str],
-    top: str,
-    reset: Reset | None,
-    reset_cycles: int,
-    names: Names,
-    *,
-    maxsteps: int,
-    timeout: float,
-    gold_incdirs: Iterable[str] = (),
-    gate_incdirs: Iterable[str] = (),
-    nolatches: bool = False,
-    marker: str = "",
-    drop_ports: Sequence[str] = (),
-) -> str:
-    """A proof with x modelled (Yosys `sat -enable_undef`, `miter -ignore_gold_x`): an x in the reference is a
-    don't-care, as in the simulation. Used when PDR's counterexample rests on such an x. `-verify` makes a proof
-    that does not hold, or does not close within `maxsteps`, an error that ends the script; so the `marker` (a
-    per-run nonce the designs cannot know) reaches stderr only after a proof, and exit status 0 with the marker
-    is the only "proved" (a design's `$finish` at elaboration is an error in Yosys 0.23, and its `$display` is
-    not printed under -q, but the marker does not rely on either)."""
-    hold = reset_cycles if reset is not None else 0
-    sat = [
-        "sat -verify -tempinduct -prove trigger 0 -enable_undef -set-def-inputs -set-init-zero",
-        f"-maxsteps {max(1, int(maxsteps))} -timeout {max(1, int(timeout))}",
-    ]
-    if hold:
-        sat.append(f"-seq {hold}")
-        sat += [f"-set-at {k} in_{check_ident(reset.name)} {reset.active}" for k in range(1, hold + 1)]  # type: ignore[union-attr]
-    lines = [
-        *_read_side("gold", gold, gold_incdirs, top, nolatches),
-        *_read_side("gate", gate, gate_incdirs, top, nolatches, drop_ports=drop_ports),
-        f"design -copy-from gold -as {names.gold} {check_ident(top)}",
-        f"design -copy-from gate -as {names.gate} {check_ident(top)}",
-        "async2sync",
-        f"miter -equiv -flatten -make_outputs -ignore_gold_x {names.gold} {names.gate} {names.miter}",
-        f"hierarchy -top {names.miter}",
-        " ".join([*sat, names.miter]),
-    ]
-    if marker:
-        lines.append(f"log -stderr {check_ident(marker)}")
     return "\n".join(lines) + "\n"
 
 

@@ -154,3 +154,31 @@ def line_map(units: list[tuple[str, str]]) -> dict[int, tuple[str, int]] | None:
             out[n + k] = (name, k)
         n += count
     return out
+
+
+_XZ_LITERAL = re.compile(r"'[sS]?(?:[bBoOhH]\s*[0-9a-fA-F_]*[xXzZ?]|[dD]\s*[xXzZ?])|'[xXzZ]")
+
+
+def case_items_with_xz(text: str) -> bool:
+    """Whether a plain `case` (not `casez`/`casex`) of `text` has an item holding an x or z literal. The simulator
+    compares a `case` exactly (`===`: an x item matches an x selector); Yosys reads such an item as one no value
+    matches, so a proof of the text would not bind what the simulator runs."""
+    import pyslang
+
+    syntax = pyslang.syntax
+    case_kw = pyslang.parsing.TokenKind.CaseKeyword
+    found = False
+
+    def visit(node: object) -> None:
+        nonlocal found
+        if found or node.kind != syntax.SyntaxKind.CaseStatement or node.caseKeyword.kind != case_kw:
+            return
+        for item in node.items:
+            if item.kind == syntax.SyntaxKind.StandardCaseItem and any(
+                _XZ_LITERAL.search(str(e)) for e in item.expressions
+            ):
+                found = True
+                return
+
+    syntax.SyntaxTree.fromText(text).root.visit(visit)
+    return found

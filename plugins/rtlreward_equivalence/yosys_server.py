@@ -64,8 +64,9 @@ def _text(path: str) -> str:
 # PDR, and with the first differing pattern as the counterexample. Bounded: at most 2^16 patterns and this many
 # node x pattern bits, so a file no larger than the limits costs at most a few milliseconds.
 EXHAUSTIVE_INPUTS = 16
-EXHAUSTIVE_WORK = 1 << 28
-AIGER_MAX = 16 << 20
+EXHAUSTIVE_WORK = 1 << 26
+AIGER_MAX = MAX_FILE  # what a warm answer carries; a larger miter is ABC's
+_AIGER_FIELD = 20  # digits of a header field or a literal: a longer one is not a miter Yosys wrote
 
 
 def aiger_decide(path: str) -> tuple[str, str, dict[int, int]] | None:
@@ -76,13 +77,13 @@ def aiger_decide(path: str) -> tuple[str, str, dict[int, int]] | None:
     exactly one output and no bad-state, constraint, justice or fairness property is decided; anything else, or a
     file that does not read as AIGER, is None."""
     raw = _read(path, AIGER_MAX)
-    if raw is None or len(raw) > AIGER_MAX:
+    if raw is None or len(raw) > AIGER_MAX or not raw.startswith(b"aig "):
         return None
     nl = raw.find(b"\n")
-    head = raw[:nl].split() if nl > 0 else []
-    if len(head) < 6 or head[0] != b"aig" or not all(f.isdigit() for f in head[1:]):
-        return None
-    m, i, latches, outputs, ands, *extra = (int(f) for f in head[1:])
+    head = raw[4:nl].split(b" ") if nl > 0 else []
+    if not 5 <= len(head) <= 9 or not all(f.isdigit() and len(f) <= _AIGER_FIELD for f in head):
+        return None  # "aig M I L O A [B C J F]", as Yosys writes it
+    m, i, latches, outputs, ands, *extra = (int(f) for f in head)
     if outputs != 1 or any(extra) or m != i + latches + ands:
         return None
     pos = nl + 1
@@ -92,10 +93,13 @@ def aiger_decide(path: str) -> tuple[str, str, dict[int, int]] | None:
             return None
         pos = nl + 1
     nl = raw.find(b"\n", pos)
-    if nl < 0 or not raw[pos:nl].strip().isdigit():
+    line = raw[pos:nl] if nl >= 0 else b""
+    if not line.isdigit() or len(line) > _AIGER_FIELD:
         return None
-    out = int(raw[pos:nl])
+    out = int(line)
     pos = nl + 1
+    if len(raw) - pos < 2 * ands:  # every gate takes two bytes at least: a header that promises more is not read
+        return None
     if out == 0:
         return ("proved", "structural", {})
     if latches or i > EXHAUSTIVE_INPUTS or (ands + 1) << i > EXHAUSTIVE_WORK or out > 2 * m + 1:
@@ -139,8 +143,8 @@ def aiger_decide(path: str) -> tuple[str, str, dict[int, int]] | None:
             values[i + a + 1] = lit(rhs0) & lit(rhs1)
     except ValueError:
         return None
-    if out >> 1 > i + ands:
-        return None
+    if out >> 1 > i + ands or raw[pos : pos + 1] not in (b"", b"i", b"l", b"o", b"b", b"c", b"j", b"f"):
+        return None  # after the gates: nothing, the symbol table or the comment section
     hit = lit(out)
     if not hit:
         return ("proved", "exhaustive", {})
