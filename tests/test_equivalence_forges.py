@@ -398,3 +398,42 @@ def test_an_answer_defined_where_the_reference_is_x_is_proved(stage, tmp_path, a
     r = run_stage(stage, LocalExecutor(), tmp_path, task, text)
     assert r.status is Status.PASSED and r.metrics["equivalence"] == "proved", (r.metrics, shown(r))
     assert r.metrics["formal"] == "proved"
+
+
+# -- the third pass: constructs Yosys reads as synthesis does and the simulator runs otherwise ---------------------
+# A sequential reference (q follows d) and answers that differ only when d holds one 32-bit value.
+SIM_REF = "module top(input clk, input rst, input [31:0] d, output reg [31:0] q);\n" \
+    "  always @(posedge clk) if (rst) q <= 0; else q <= d;\nendmodule\n"
+SIM_HEAD = "module top(input clk, input rst, input [31:0] d, output reg [31:0] q);\n  wire t = d == 32'h5EED1234;\n"
+SIM_FORGES = {
+    "gated-clock": "  wire g = clk & ~t;\n  always @(posedge g) if (rst) q <= 0; else q <= d;\n",
+    "muxed-clock": "  wire g = t ? ~clk : clk;\n  always @(posedge g) if (rst) q <= 0; else q <= d;\n",
+    "intra-assignment-delay": "  always @(posedge clk) if (rst) q <= 0; else if (t) q <= #20 d; else q <= d;\n",
+    "procedural-delay": "  always @(posedge clk) if (rst) q <= 0; else if (t) begin #20 q = d; end else q <= d;\n",
+    "assign-delay": "  wire [31:0] dd; assign #6 dd = d;\n  always @(posedge clk) if (rst) q <= 0; else q <= t ? dd : d;\n",
+    "gate-delay": "  wire tt; buf #7 (tt, t);\n  always @(posedge clk) if (rst) q <= 0; else q <= (t ^ tt) ? ~d : d;\n",
+    "initial-time-bomb": "  reg r = 1'b0; initial #1000000 r = 1'b1;\n"
+    "  always @(posedge clk) if (rst) q <= 0; else q <= (t && !r) ? ~d : d;\n",
+    "blocking-race": "  reg [31:0] s, prev;\n  always @(posedge clk) if (rst) q <= 0; else q <= t ? (s ^ prev ^ d) : d;\n"
+    "  always @(posedge clk) prev <= d;\n  always @(posedge clk) s = d;\n",
+    "always-star-reads-nothing": "  reg r; always @* r = 1'b1;\n"
+    "  always @(posedge clk) if (rst) q <= 0; else q <= (t && r !== 1'b1) ? ~d : d;\n",
+}
+STALE_REF = "module top(input [31:0] d, output [31:0] y);\n  assign y = d + 32'd1;\nendmodule\n"
+STALE = (
+    "module top(input [31:0] d, output reg [31:0] y);\n  wire [31:0] e = (d == 32'h5EED1234) ? 32'h0BADF00D : d;\n"
+    "  always @(e) y = d + 32'd1;\nendmodule\n"
+)
+
+
+@pytest.mark.parametrize("name", [*SIM_FORGES, "stale-sensitivity-list"])
+def test_a_construct_the_simulator_runs_otherwise_gets_no_proof(stage, tmp_path, name):
+    if name in SIM_FORGES:
+        ref, text = SIM_REF, SIM_HEAD + SIM_FORGES[name] + "endmodule\n"
+    else:
+        ref, text = STALE_REF, STALE
+    task = Task(id="m", prompt="", reference={"rtl/top.v": ref}, expected_files=("rtl/top.v",), toplevel="top")
+    r = run_stage(stage, LocalExecutor(), tmp_path, task, text)
+    assert r.status is not Status.PASSED and r.metrics["equivalence"] != "proved", (name, r.metrics, shown(r))
+    assert r.score <= DEFAULTS["undecided"], (name, r.score, r.metrics)
+    assert r.metrics["formal"] == "skipped", r.metrics

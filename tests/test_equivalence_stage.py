@@ -488,3 +488,47 @@ def test_abc_verdicts_are_read_the_same_from_old_and_new_abc(output, verdict):
     from rtlreward_equivalence import formal
 
     assert formal.parse_abc(output).verdict == verdict
+
+
+HONEST = {
+    "complete list": "module m(input a, input b, output reg y);\n  always @(a or b) y = a & b;\nendmodule\n",
+    "star": "module m(input a, input b, output reg y);\n  always @* y = a & b;\nendmodule\n",
+    "blocking temporary": "module m(input clk, input [3:0] a, output reg [3:0] q);\n  reg [3:0] t;\n"
+    "  always @(posedge clk) begin t = a + 4'd1; q <= t; end\nendmodule\n",
+    "blocking feedback through an assign": "module m(input clk, input rst, output reg [3:0] q);\n  wire f = ~(q[3] ^ q[2]);\n"
+    "  always @(posedge clk, posedge rst) if (rst) q = 0; else q = {q[2:0], f};\nendmodule\n",
+    "loop and parameter": "module m #(parameter N = 4) (input [N-1:0] a, output reg y);\n  integer i;\n"
+    "  always @(a) begin y = 0; for (i = 0; i < N; i = i + 1) y = y ^ a[i]; end\nendmodule\n",
+    "async reset": "module m(input clk, input rst_n, input d, output reg q);\n"
+    "  always @(posedge clk or negedge rst_n) if (!rst_n) q <= 0; else q <= d;\nendmodule\n",
+    "parameter override": "module m(input [3:0] a, output [3:0] y);\n  sub #(.W(4)) u (.a(a), .y(y));\nendmodule\n",
+    "pure function": "module m(input [3:0] a, output reg y);\n  function f; input [3:0] x; reg t;\n"
+    "    begin t = x[0]; f = t ^ x[1]; end endfunction\n  always @* y = f(a);\nendmodule\n",
+}
+
+
+@pytest.mark.parametrize("name", list(HONEST))
+def test_ordinary_constructs_are_not_taken_for_a_simulation_mismatch(name):
+    from rtlreward_equivalence.view import simulation_mismatch
+
+    assert simulation_mismatch(HONEST[name], {"clk", "rst", "rst_n"}) == ""
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("module m(input a, input b, output reg y);\n  always @(a) y = a & b;\nendmodule\n", "without `b`"),
+        ("module m(input [1:0] a, output reg y);\n  always @(a[1]) y = a[0];\nendmodule\n", "not a plain"),
+        ("module m(input clk, input d, output reg q);\n  always @(posedge d) q <= 1;\nendmodule\n", "edge of `d`"),
+        ("module m(input a, output y);\n  assign #1 y = a;\nendmodule\n", "delay"),
+        ("module m(output reg y);\n  always @* y = 1'b1;\nendmodule\n", "reads no signal"),
+        ("module m(input [3:0] a, input b, output reg y);\n  function f; input [3:0] x; f = x[0] ^ b; endfunction\n"
+         "  always @* y = f(a);\nendmodule\n", "a call of `f`"),
+        ("module m(input a, input b, output reg y);\n  generate if (1) begin : g\n    always @(a) y = a | b;\n"
+         "  end endgenerate\nendmodule\n", "without `b`"),
+    ],
+)
+def test_a_simulation_mismatch_is_named(text, why):
+    from rtlreward_equivalence.view import simulation_mismatch
+
+    assert why in simulation_mismatch(text, {"clk"})

@@ -773,6 +773,10 @@ class EquivalenceStage(Stage):
                 "cannot",
                 True,
             )
+        elif mismatch := view.simulation_mismatch(
+            gate_view.text, (*timing.clocks, *([timing.reset.name] if timing.reset else []))
+        ):
+            why_not, answer_side = f"the answer holds {mismatch}", True
         if why_not:
             fres = _Formal("skipped", note=f"no formal check: {why_not}", answer_side=answer_side)
         else:

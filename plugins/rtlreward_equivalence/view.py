@@ -16,8 +16,15 @@ Nothing here passes a tool's text on: `neutralise` returns the cleaned text and 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from typing import Any
 
 import attrs
+import pyslang
+
+_SYNTAX = pyslang.syntax
+K = _SYNTAX.SyntaxKind
+NODE = _SYNTAX.SyntaxNode
 
 MAX_TEXT = 8 * 1024 * 1024  # a preprocessed text larger than this (a macro bomb) is not read
 
@@ -163,9 +170,7 @@ def case_items_with_xz(text: str) -> bool:
     """Whether a plain `case` (not `casez`/`casex`) of `text` has an item holding an x or z literal. The simulator
     compares a `case` exactly (`===`: an x item matches an x selector); Yosys reads such an item as one no value
     matches, so a proof of the text would not bind what the simulator runs."""
-    import pyslang
-
-    syntax = pyslang.syntax
+    syntax = _SYNTAX
     case_kw = pyslang.parsing.TokenKind.CaseKeyword
     found = False
 
@@ -182,3 +187,218 @@ def case_items_with_xz(text: str) -> bool:
 
     syntax.SyntaxTree.fromText(text).root.visit(visit)
     return found
+
+
+# -- constructs the proof reads one way and the simulator another -------------------------------------------------
+# Yosys reads a design as synthesis does: no delays, every register stepped by its clock once a frame, a
+# combinational block evaluated whatever its sensitivity list says, clocked blocks updated at once. The simulator
+# runs the text. An answer that differs only behind a rare trigger through one of these (third red-team pass) would
+# be proved while the simulator shows it wrong, so such an answer gets no proof: the simulation decides.
+
+
+def _walk(node: Any) -> list[Any]:
+    out = []
+
+    def v(n):
+        if isinstance(n, NODE):
+            out.append(n)
+
+    node.visit(v)
+    return out
+
+
+def _occurrences(node: Any) -> list[tuple[str, Any]]:
+    """(name, node) of every identifier use under `node`."""
+    occ = []
+    for n in _walk(node):
+        if n.kind in (K.IdentifierName, K.IdentifierSelectName):
+            occ.append((n.identifier.valueText, n))
+    return occ
+
+
+def _lhs_bases(node: Any) -> set[int]:
+    bases = set()
+    for n in _walk(node):
+        if n.kind in (K.AssignmentExpression, K.NonblockingAssignmentExpression):
+            stack = [n.left]
+            while stack:
+                x = stack.pop()
+                if x.kind in (K.IdentifierName, K.IdentifierSelectName):
+                    bases.add(id(x))
+                elif x.kind == K.ConcatenationExpression:
+                    stack.extend(e for e in x.expressions)
+    return bases
+
+
+def _reads_writes(body: Any) -> tuple[set[str], set[str]]:
+    bases = _lhs_bases(body)
+    reads, writes = set(), set()
+    for name, n in _occurrences(body):
+        (writes if id(n) in bases else reads).add(name)
+    return reads, writes
+
+
+def _events(expr: Any) -> list[tuple[str | None, Any]]:
+    """(edge keyword or None, expression) of each event of an event expression."""
+    out = []
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if e.kind == K.BinaryEventExpression:
+            stack += [e.left, e.right]
+        elif e.kind == K.ParenthesizedEventExpression:
+            stack.append(e.expr)
+        elif e.kind == K.SignalEventExpression:
+            edge = e.edge.valueText if e.edge and e.edge.valueText else None
+            out.append((edge, e.expr))
+        else:
+            out.append((None, e))
+    return out
+
+
+def _mismatch(text: str, allowed_edges: set[str]) -> str:
+    """See `simulation_mismatch`."""
+    tree = _SYNTAX.SyntaxTree.fromText(text)
+    nodes = _walk(tree.root)
+    for n in nodes:
+        if n.kind in (K.DelayControl, K.Delay3, K.OneStepDelay, K.CycleDelay):
+            return "a delay (`#`): the proof ignores it, the simulator waits"
+    consts = set()
+    for n in nodes:
+        if n.kind in (K.ParameterDeclaration, K.TypeParameterDeclaration):
+            for d in getattr(n, "declarators", []):
+                if isinstance(d, NODE) and d.kind == K.Declarator:
+                    consts.add(d.name.valueText)
+        elif n.kind == K.GenvarDeclaration:
+            for d in n.identifiers:
+                if isinstance(d, NODE):
+                    consts.add(str(d).strip().split("=")[0].strip())
+        elif n.kind in (K.FunctionDeclaration, K.TaskDeclaration):
+            consts.add(str(n.prototype.name).strip())
+    for n in nodes:
+        edge = n.kind == K.SignalEventExpression and n.edge and n.edge.valueText
+        if edge and (n.expr.kind != K.IdentifierName or n.expr.identifier.valueText not in allowed_edges):
+            return (
+                f"an edge of `{str(n.expr).strip()[:40]}`, which is not the reference's clock or reset: the proof "
+                "steps every register on its one clock"
+            )
+    impure = _impure_functions(nodes, consts)
+    for n in nodes:
+        if n.kind == K.ContinuousAssign or (n.kind == K.AlwaysBlock and not _edge_block(n)):
+            for call in _walk(n):
+                name = call.left.identifier.valueText if _called_by_name(call) else ""
+                if name in impure:
+                    return (
+                        f"a call of `{name}`, which reads module signals besides its arguments, from combinational "
+                        "logic: the simulator re-evaluates it only when its arguments change"
+                    )
+    modules = [n for n in nodes if n.kind == K.ModuleDeclaration]
+    for m in modules:
+        # every block of the module, in generate blocks too
+        members = [x for x in _walk(m) if x.kind in (K.AlwaysBlock, K.ContinuousAssign)]
+        for mem in members:
+            if mem.kind != K.AlwaysBlock:
+                continue
+            kw = mem.keyword.valueText
+            st = mem.statement
+            if kw != "always" or st.kind != K.TimingControlStatement:
+                continue
+            tc = st.timingControl
+            body = st.statement
+            reads, writes = _reads_writes(body)
+            need = reads - writes - consts
+            if tc.kind == K.ImplicitEventControl or (
+                tc.kind == K.EventControlWithExpression
+                and tc.expr.kind == K.ParenthesizedEventExpression
+                and str(tc.expr).strip().replace(" ", "") == "(*)"
+            ):
+                if not need:
+                    return "an `always @*` that reads no signal: the simulator never runs it, the proof drives it"
+                continue
+            if tc.kind != K.EventControlWithExpression:
+                continue
+            evs = _events(tc.expr)
+            if any(e for e, _ in evs):
+                continue
+            listed = set()
+            for _, e in evs:
+                if e.kind != K.IdentifierName:
+                    return f"a sensitivity list entry `{str(e).strip()[:40]}` that is not a plain signal name"
+                listed.add(e.identifier.valueText)
+            if need - listed:
+                return (
+                    f"a sensitivity list without `{sorted(need - listed)[0]}`, which the block reads: the simulator "
+                    "runs it only on the listed signals"
+                )
+        race = _race(members)
+        if race:
+            return race
+    return ""
+
+
+def _called_by_name(node: Any) -> bool:
+    return node.kind == K.InvocationExpression and node.left.kind == K.IdentifierName
+
+
+def _impure_functions(nodes: list[Any], consts: set[str]) -> set[str]:
+    """Functions whose body reads or writes a name it does not declare (a module signal)."""
+    out = set()
+    for fn in nodes:
+        if fn.kind != K.FunctionDeclaration:
+            continue
+        name = str(fn.prototype.name).strip()
+        inner = _walk(fn)
+        declared = {d.name.valueText for d in inner if d.kind == K.Declarator}
+        used = {n for n, _ in _occurrences(fn)}
+        if used - declared - consts - {name}:
+            out.add(name)
+    return out
+
+
+def _edge_block(mem: Any) -> bool:
+    if mem.kind != K.AlwaysBlock or mem.statement.kind != K.TimingControlStatement:
+        return False
+    tc = mem.statement.timingControl
+    return tc.kind == K.EventControlWithExpression and any(e for e, _ in _events(tc.expr))
+
+
+def _race(members: list[Any]) -> str:
+    """A variable written with a blocking assignment in one edge-triggered block and read, directly or through
+    combinational logic, by another edge-triggered block: the simulator's order of the two blocks decides."""
+    edge = [m for m in members if _edge_block(m)]
+    comb = [m for m in members if m.kind in (K.ContinuousAssign, K.AlwaysBlock) and not _edge_block(m)]
+    comb_rw = [_reads_writes(m) for m in comb]
+    for w in edge:
+        reached = set()
+        for x in _walk(w):
+            if x.kind == K.AssignmentExpression and x.left.kind in (K.IdentifierName, K.IdentifierSelectName):
+                reached.add(x.left.identifier.valueText)
+        if not reached:
+            continue
+        grew = True
+        while grew:
+            grew = False
+            for reads, writes in comb_rw:
+                if reads & reached and not writes <= reached:
+                    reached |= writes
+                    grew = True
+        for other in edge:
+            if other is not w and _reads_writes(other)[0] & reached:
+                return (
+                    f"`{sorted(reached)[0]}`, written with a blocking assignment in one clocked block, is read by "
+                    "another: the simulator's order of the two decides"
+                )
+    return ""
+
+
+def simulation_mismatch(text: str, edges: Iterable[str]) -> str:
+    """Why `text` holds a construct the proof reads otherwise than the simulator runs (a delay, an edge of a signal
+    not in `edges` (the reference's clocks and reset), an `always @*` that reads nothing, an incomplete sensitivity
+    list, a blocking write one clocked block makes and another reads), or "" when it holds none. Text that does not
+    parse as expected counts as such a construct."""
+    try:
+        return _mismatch(text, set(edges))
+    except (
+        Exception
+    ):  # hostile text pyslang reads in a shape these rules do not expect: no proof, not a crash
+        return "a design this check cannot read"
