@@ -437,3 +437,20 @@ def test_a_construct_the_simulator_runs_otherwise_gets_no_proof(stage, tmp_path,
     assert r.status is not Status.PASSED and r.metrics["equivalence"] != "proved", (name, r.metrics, shown(r))
     assert r.score <= DEFAULTS["undecided"], (name, r.score, r.metrics)
     assert r.metrics["formal"] == "skipped", r.metrics
+
+
+# -- the fourth pass: ways around the rule above (files in tests/data/equivalence_forges_4) -----------------------
+FOURTH = sorted((ROOT / "tests" / "data" / "equivalence_forges_4").glob("*.v"))
+
+
+@pytest.mark.parametrize("path", FOURTH, ids=[p.stem for p in FOURTH])
+def test_a_way_around_the_simulation_mismatch_rule_gets_no_proof(stage, tmp_path, path):
+    """A combinational block reading a variable before writing it (always @*, a list, always_comb), the blocking
+    race written as `|=` or `{s} =` or read through a function, a task reading a module signal from always @*, a
+    variable initialised from a signal: each differs from the reference under the simulator at one 32-bit value."""
+    text = path.read_text()
+    ref = SIM_REF if "input clk" in text else STALE_REF
+    task = Task(id="f4", prompt="", reference={"rtl/top.v": ref}, expected_files=("rtl/top.v",), toplevel="top")
+    r = run_stage(stage, LocalExecutor(), tmp_path, task, text)
+    assert r.status is not Status.PASSED and r.metrics["equivalence"] != "proved", (path.stem, r.metrics, shown(r))
+    assert r.score <= DEFAULTS["undecided"], (path.stem, r.score, r.metrics)

@@ -216,26 +216,94 @@ def _occurrences(node: Any) -> list[tuple[str, Any]]:
     return occ
 
 
-def _lhs_bases(node: Any) -> set[int]:
-    bases = set()
+def _span(node: Any) -> tuple[int, int]:
+    r = node.sourceRange
+    return (r.start.offset, r.end.offset)
+
+
+_COMPOUND = frozenset(
+    getattr(K, k)
+    for k in dir(K)
+    if k.endswith("AssignmentExpression")
+    and k not in ("AssignmentExpression", "NonblockingAssignmentExpression")
+)
+_ALWAYS = frozenset((K.AlwaysBlock, K.AlwaysCombBlock, K.AlwaysFFBlock, K.AlwaysLatchBlock))
+_STEPS = frozenset(
+    (
+        K.PostincrementExpression,
+        K.PostdecrementExpression,
+        K.UnaryPreincrementExpression,
+        K.UnaryPredecrementExpression,
+    )
+)
+
+
+def _writes(node: Any, *, blocking_only: bool = False) -> list[tuple[Any, Any]]:
+    """(target identifier node, the writing expression) of every write under `node`: `=`, `<=` (unless
+    `blocking_only`), compound assignments (`|=`...) and `++`/`--`, through concatenations on the left."""
+    out = []
     for n in _walk(node):
-        if n.kind in (K.AssignmentExpression, K.NonblockingAssignmentExpression):
-            stack = [n.left]
-            while stack:
-                x = stack.pop()
-                if x.kind in (K.IdentifierName, K.IdentifierSelectName):
-                    bases.add(id(x))
-                elif x.kind == K.ConcatenationExpression:
-                    stack.extend(e for e in x.expressions)
-    return bases
+        nonblocking = n.kind == K.NonblockingAssignmentExpression
+        if n.kind == K.AssignmentExpression or n.kind in _COMPOUND or (nonblocking and not blocking_only):
+            roots = [n.left]
+        elif n.kind in _STEPS:
+            roots = [n.operand]
+        else:
+            continue
+        while roots:
+            x = roots.pop()
+            if x.kind in (K.IdentifierName, K.IdentifierSelectName):
+                out.append((x, n))
+            elif x.kind == K.ConcatenationExpression:
+                roots.extend(e for e in x.expressions if isinstance(e, NODE))
+            elif x.kind == K.ParenthesizedExpression:
+                roots.append(x.expression)
+    return out
 
 
 def _reads_writes(body: Any) -> tuple[set[str], set[str]]:
-    bases = _lhs_bases(body)
+    """Names `body` reads and names it writes (a compound write or `++` both)."""
+    targets = {_span(x): w for x, w in _writes(body)}
     reads, writes = set(), set()
     for name, n in _occurrences(body):
-        (writes if id(n) in bases else reads).add(name)
+        w = targets.get(_span(n))
+        if w is None:
+            reads.add(name)
+            continue
+        writes.add(name)
+        if w.kind in _COMPOUND or w.kind in _STEPS:
+            reads.add(name)
     return reads, writes
+
+
+def _in_system_call(node: Any) -> bool:
+    p = node.parent
+    while p is not None and p.kind not in _ALWAYS:
+        if p.kind == K.InvocationExpression and p.left.kind == K.SystemName:
+            return True
+        p = p.parent
+    return False
+
+
+def _read_before_write(body: Any, consts: set[str]) -> str:
+    """A name a combinational block reads before its first write in the text (the simulator reads the old value:
+    a block's own writes do not wake it; Yosys connects the new one)."""
+    targets = {_span(x): w for x, w in _writes(body)}
+    local = {d.name.valueText for d in _walk(body) if d.kind == K.Declarator}  # `for (int i = 0; ...)`...
+    local |= {d.declarator.name.valueText for d in _walk(body) if d.kind == K.ForVariableDeclaration}
+    first_write: dict[str, int] = {}
+    for x, w in _writes(body):
+        name = x.identifier.valueText
+        first_write[name] = min(first_write.get(name, 1 << 62), _span(w)[1])
+    for name, n in _occurrences(body):
+        w = targets.get(_span(n))
+        if w is not None and w.kind not in _COMPOUND and w.kind not in _STEPS:
+            continue  # the target of a plain write
+        if name in first_write and name not in consts | local and _span(n)[0] < first_write[name]:
+            if _in_system_call(n):  # `$bits(out)`: a query of the declaration, not a read of the value
+                continue
+            return name
+    return ""
 
 
 def _events(expr: Any) -> list[tuple[str | None, Any]]:
@@ -282,23 +350,43 @@ def _mismatch(text: str, allowed_edges: set[str]) -> str:
                 f"an edge of `{str(n.expr).strip()[:40]}`, which is not the reference's clock or reset: the proof "
                 "steps every register on its one clock"
             )
-    impure = _impure_functions(nodes, consts)
+    free = _subroutine_free_names(nodes, consts)
+    impure = {name for name, names in free.items() if names}
     for n in nodes:
-        if n.kind == K.ContinuousAssign or (n.kind == K.AlwaysBlock and not _edge_block(n)):
-            for call in _walk(n):
-                name = call.left.identifier.valueText if _called_by_name(call) else ""
-                if name in impure:
+        if n.kind == K.ContinuousAssign or (n.kind in _ALWAYS and not _edge_block(n)):
+            called = sorted({name for name, _ in _occurrences(n)} & impure)
+            if called:
+                return (
+                    f"a call of `{called[0]}`, which reads module signals besides its arguments, from combinational "
+                    "logic: the simulator re-evaluates it only when its arguments change"
+                )
+        elif n.kind == K.DataDeclaration and not _inside_subroutine(n):
+            for d in n.declarators:
+                init = getattr(d, "initializer", None) if isinstance(d, NODE) else None
+                if init is not None and {name for name, _ in _occurrences(init)} - consts:
                     return (
-                        f"a call of `{name}`, which reads module signals besides its arguments, from combinational "
-                        "logic: the simulator re-evaluates it only when its arguments change"
+                        f"`{d.name.valueText}` initialised from a signal: the simulator assigns it once, at time 0, "
+                        "the proof drives it"
                     )
     modules = [n for n in nodes if n.kind == K.ModuleDeclaration]
     for m in modules:
         # every block of the module, in generate blocks too
-        members = [x for x in _walk(m) if x.kind in (K.AlwaysBlock, K.ContinuousAssign)]
+        members = [x for x in _walk(m) if x.kind in _ALWAYS or x.kind == K.ContinuousAssign]
         for mem in members:
-            if mem.kind != K.AlwaysBlock:
+            if mem.kind not in _ALWAYS:
                 continue
+            if not _edge_block(mem):
+                inner = (
+                    mem.statement.statement
+                    if mem.statement.kind == K.TimingControlStatement
+                    else mem.statement
+                )
+                early = _read_before_write(inner, consts)
+                if early:
+                    return (
+                        f"a combinational block that reads `{early}` before writing it: the simulator reads the old "
+                        "value (a block's own writes do not wake it), the proof the new one"
+                    )
             kw = mem.keyword.valueText
             st = mem.statement
             if kw != "always" or st.kind != K.TimingControlStatement:
@@ -330,7 +418,7 @@ def _mismatch(text: str, allowed_edges: set[str]) -> str:
                     f"a sensitivity list without `{sorted(need - listed)[0]}`, which the block reads: the simulator "
                     "runs it only on the listed signals"
                 )
-        race = _race(members)
+        race = _race(members, free)
         if race:
             return race
     return ""
@@ -340,50 +428,60 @@ def _called_by_name(node: Any) -> bool:
     return node.kind == K.InvocationExpression and node.left.kind == K.IdentifierName
 
 
-def _impure_functions(nodes: list[Any], consts: set[str]) -> set[str]:
-    """Functions whose body reads or writes a name it does not declare (a module signal)."""
-    out = set()
+def _subroutine_free_names(nodes: list[Any], consts: set[str]) -> dict[str, set[str]]:
+    """Per function and task, the names its body reads or writes without declaring them (module signals)."""
+    out: dict[str, set[str]] = {}
     for fn in nodes:
-        if fn.kind != K.FunctionDeclaration:
+        if fn.kind not in (K.FunctionDeclaration, K.TaskDeclaration):
             continue
         name = str(fn.prototype.name).strip()
-        inner = _walk(fn)
-        declared = {d.name.valueText for d in inner if d.kind == K.Declarator}
+        declared = {d.name.valueText for d in _walk(fn) if d.kind == K.Declarator}
         used = {n for n, _ in _occurrences(fn)}
-        if used - declared - consts - {name}:
-            out.add(name)
+        out[name] = used - declared - consts - {name}
     return out
 
 
+def _inside_subroutine(node: Any) -> bool:
+    p = node.parent
+    while p is not None:
+        if p.kind in (K.FunctionDeclaration, K.TaskDeclaration):
+            return True
+        p = p.parent
+    return False
+
+
 def _edge_block(mem: Any) -> bool:
-    if mem.kind != K.AlwaysBlock or mem.statement.kind != K.TimingControlStatement:
+    if mem.kind not in _ALWAYS or mem.statement.kind != K.TimingControlStatement:
         return False
     tc = mem.statement.timingControl
     return tc.kind == K.EventControlWithExpression and any(e for e, _ in _events(tc.expr))
 
 
-def _race(members: list[Any]) -> str:
-    """A variable written with a blocking assignment in one edge-triggered block and read, directly or through
-    combinational logic, by another edge-triggered block: the simulator's order of the two blocks decides."""
+def _race(members: list[Any], free: dict[str, set[str]]) -> str:
+    """A variable written with a blocking assignment in one edge-triggered block and read, directly, through
+    combinational logic or through a function or task, by another edge-triggered block: the simulator's order of
+    the two blocks decides."""
     edge = [m for m in members if _edge_block(m)]
-    comb = [m for m in members if m.kind in (K.ContinuousAssign, K.AlwaysBlock) and not _edge_block(m)]
+    comb = [m for m in members if (m.kind == K.ContinuousAssign or m.kind in _ALWAYS) and not _edge_block(m)]
     comb_rw = [_reads_writes(m) for m in comb]
+
+    def reads(block: Any) -> set[str]:
+        direct = _reads_writes(block)[0]
+        return direct.union(*(free[n] for n in direct if n in free))
+
     for w in edge:
-        reached = set()
-        for x in _walk(w):
-            if x.kind == K.AssignmentExpression and x.left.kind in (K.IdentifierName, K.IdentifierSelectName):
-                reached.add(x.left.identifier.valueText)
+        reached = {x.identifier.valueText for x, _ in _writes(w, blocking_only=True)}
         if not reached:
             continue
         grew = True
         while grew:
             grew = False
-            for reads, writes in comb_rw:
-                if reads & reached and not writes <= reached:
-                    reached |= writes
+            for comb_reads, comb_writes in comb_rw:
+                if comb_reads & reached and not comb_writes <= reached:
+                    reached |= comb_writes
                     grew = True
         for other in edge:
-            if other is not w and _reads_writes(other)[0] & reached:
+            if other is not w and reads(other) & reached:
                 return (
                     f"`{sorted(reached)[0]}`, written with a blocking assignment in one clocked block, is read by "
                     "another: the simulator's order of the two decides"
@@ -394,11 +492,11 @@ def _race(members: list[Any]) -> str:
 def simulation_mismatch(text: str, edges: Iterable[str]) -> str:
     """Why `text` holds a construct the proof reads otherwise than the simulator runs (a delay, an edge of a signal
     not in `edges` (the reference's clocks and reset), an `always @*` that reads nothing, an incomplete sensitivity
-    list, a blocking write one clocked block makes and another reads), or "" when it holds none. Text that does not
-    parse as expected counts as such a construct."""
+    list, a combinational block reading a variable before writing it, a blocking write one clocked block makes and
+    another reads, a function or task reading module signals called from combinational logic, a variable
+    initialised from a signal), or "" when it holds none. Text that does not parse as expected counts as such a
+    construct."""
     try:
         return _mismatch(text, set(edges))
-    except (
-        Exception
-    ):  # hostile text pyslang reads in a shape these rules do not expect: no proof, not a crash
+    except Exception:  # hostile text read in a shape these rules do not expect: no proof, not a crash
         return "a design this check cannot read"

