@@ -532,3 +532,13 @@ def test_a_simulation_mismatch_is_named(text, why):
     from rtlreward_equivalence.view import simulation_mismatch
 
     assert why in simulation_mismatch(text, {"clk"})
+
+
+def test_text_the_mismatch_rule_cannot_read_gets_no_proof(monkeypatch):
+    from rtlreward_equivalence import view
+
+    def broken(text, edges):
+        raise AttributeError("a syntax shape the rule did not expect")
+
+    monkeypatch.setattr(view, "_mismatch", broken)
+    assert view.simulation_mismatch("module m; endmodule\n", set()) == "a design this check cannot read"

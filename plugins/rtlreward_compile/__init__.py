@@ -1,7 +1,7 @@
 """The `compile` stage: does the answer elaborate, with Icarus, together with what the harness compiles?
 
-A gate (score 1 or 0): `iverilog -g2012 -t null -s <toplevel>` (elaboration, no code generation) over the task's `compile_sources` (or the expected files
-plus context HDL under rtl/). Diagnostics carry Icarus's file and line so a model can find its mistake.
+A gate (score 1 or 0): `iverilog -g2012 -t null -s <toplevel>` (elaboration, no code generation) over the task's
+`compile_sources` (or the expected files plus context HDL under rtl/). Diagnostics carry Icarus's file and line so a model can find its mistake.
 """
 
 from __future__ import annotations

@@ -2,14 +2,14 @@
 
 Yosys builds the miter and writes it as an AIGER file; `yosys-abc` (shipped with Yosys) runs `pdr` (a complete
 proof or a counterexample, for sequential and combinational designs alike) and, when PDR does not decide within
-its budget, `bmc3` to a bound. A miter whose output Yosys already reduced to the constant 0, or a combinational one
-with few inputs, is decided from the file without ABC (`yosys_server.aiger_decide`). Measured here, ABC's PDR decides a 4-deep FIFO in 0.1 s, where Yosys's own
-`sat -tempinduct` needs seconds per step on the same miter.
+its budget, `bmc3` to a bound. A miter whose output Yosys already reduced to the constant 0, or a combinational
+one with few inputs, is decided from the file without ABC (`yosys_server.aiger_decide`). Measured here, ABC's PDR
+decides a 4-deep FIFO in 0.1 s, where Yosys's own `sat -tempinduct` needs seconds per step on the same miter.
 
 Semantics, chosen to match the differential simulation:
-- both designs start from all-zero registers; the reset input (when there is one) is held active for the first
-  `reset_cycles` frames by a generated wrapper, and the outputs of those frames are not compared; afterwards the
-  reset is a free input like any other, so the designs must also agree on a reset in mid-run;
+- registers start unknown (x), as in the simulator; the reset input (when there is one) is held active for the
+  first `reset_cycles` frames by a generated wrapper, and the outputs of those frames are not compared;
+  afterwards the reset is a free input like any other, so the designs must also agree on a reset in mid-run;
 - x as the simulator has it: before any optimisation could resolve an x to a value (`opt` reads `v[n]` of an
   all-ones `v` as 1 for any `n`, `w == w` of an undriven `w` as 1; a division by zero has a value in Yosys), each
   design's x sources are encoded by `xprop` (outputs split into value and x mask); the wrapper's miter counts a
@@ -24,8 +24,8 @@ commands that text could name (`script -scriptwire`, `tee`, `!`, `write_*` on a 
 
 Nothing an answer names can meet the reference: each design is read, elaborated and flattened in a design of its
 own; after flattening it may hold no cell of a module type (an undefined module, a black box, a module kept
-unflattened), checked with `select -assert-none` before the top is copied out; and the names the copies, the
-miter and the wrapper get are fresh for every run (`Names.fresh`), so no answer can declare or instantiate them.
+unflattened), checked with `select -assert-none` before the top is copied out; and the names the copies and the
+wrapper (the miter) get are fresh for every run (`Names.fresh`), so no answer can declare or instantiate them.
 """
 
 from __future__ import annotations
@@ -47,21 +47,20 @@ HIERARCHY_LEFT = "Assertion failed: selection is not empty"
 
 @attrs.frozen
 class Names:
-    """The module names the proof adds to the design: the two copies, the miter and its wrapper. Fresh per run
-    (a random suffix), never written into feedback, so no answer can name them."""
+    """The module names the proof adds to the design: the two copies and the wrapper that compares them (the
+    miter). Fresh per run (a random suffix), never written into feedback, so no answer can name them."""
 
     gold: str
     gate: str
-    miter: str
     top: str
 
     @classmethod
     def fresh(cls) -> Names:
         tag = secrets.token_hex(8)
-        return cls(f"g{tag}_ref", f"g{tag}_ans", f"g{tag}_miter", f"g{tag}_top")
+        return cls(f"g{tag}_ref", f"g{tag}_ans", f"g{tag}_top")
 
     def all(self) -> tuple[str, ...]:
-        return (self.gold, self.gate, self.miter, self.top)
+        return (self.gold, self.gate, self.top)
 
 
 def _read_side(
@@ -72,24 +71,23 @@ def _read_side(
     nolatches: bool = False,
     *,
     drop_ports: Sequence[str] = (),
-    xprop: bool = False,
 ) -> list[str]:
-    """Read one design on its own and flatten it. The answer's file is a preprocessor's output,
-    `view.neutralise`d: no directive, macro use or backtick is left, so Yosys's preprocessor has nothing to act on
-    (`-nopp` would say so, but it crashes libyosys 0.70).
+    """Read one design on its own, flatten it and make its x explicit before anything can fold it: each output
+    becomes two, `<name>_d` (its value) and `<name>_x` (which bits are x). The answer's file is a preprocessor's
+    output, `view.neutralise`d: no directive, macro use or backtick is left, so Yosys's preprocessor has nothing to
+    act on (`-nopp` would say so, but it crashes libyosys 0.70).
     `drop_ports`: ports of the top that are not the reference's (the answer's extra ports): made internal, so an
-    extra input becomes a free value and an extra output is not compared.
-    `xprop`: x made explicit before anything can fold it (the miter's x-faithful reading, see `miter_script`):
-    each output becomes two, `<name>_d` (its value) and `<name>_x` (which bits are x)."""
+    extra input is an undriven net (x, as in the simulation where nothing drives it) and an extra output is not
+    compared."""
     incs = " ".join(f"-I {check_path(d)}" for d in incdirs)
     # -nolatches (the retry when Yosys 0.23 refuses a latch inferred from always_comb): the latch's hold condition
-    # gives x instead, and x becomes a free value below, which keeps a proof sound.
+    # gives x instead, encoded like any other x below.
     flags = "-sv -noblackbox" + (" -nolatches" if nolatches else "")
     lines = [
         f"read_verilog {flags} {incs} {' '.join(check_path(f) for f in files)}".replace("  ", " "),
         f"hierarchy -check -top {check_ident(top)}",
         # proc's closing opt_expr folds identities on x (`w == w` of an undriven w is 1 to it, x to the simulator)
-        "proc -noopt" if xprop else "proc",
+        "proc -noopt",
         "flatten",
         # Nothing but Yosys's own cells may be left: a cell of a module type is a module the design does not define
         # in full (a black box, an empty module) or keeps apart, which the copy below would resolve by name.
@@ -98,31 +96,23 @@ def _read_side(
         "chformal -remove",
     ]
     lines += [f"delete -port {check_ident(top)}/{check_ident(p)}" for p in drop_ports]
-    if xprop:
-        lines += [
-            "setundef -undriven -undef",  # an undriven net is x, as in the simulator
-            # A net with two drivers (the simulator resolves a conflict to x; opt_clean would keep one of them)
-            # or a combinational loop: an error, so no proof.
-            "check -assert",
-            "opt_clean",  # wire aliases only (an initial block's memory-write enable must read as a constant)
-            "memory",  # its memory_memx: a read out of range is x, as in the simulator
-            # Flip-flops with resets, loads and enables as plain ones and logic, which xprop encodes. Registers
-            # start unknown, as in the simulator (a register nothing writes stays x, behind any trigger); the
-            # reset the wrapper holds in the first frames defines them.
-            "async2sync",
-            "dffunmap",
-            # Every x source (x constants, undriven nets, division by zero, selects out of range, memories,
-            # registers not yet written) encoded in two-valued logic before any optimisation could resolve an x
-            # to a value. -required: a cell it cannot encode ($pow) ends the proof instead of passing x through.
-            "xprop -split-outputs -assume-def-inputs -required",
-            "chformal -remove",  # xprop's assumption that the inputs are defined: the miter's inputs always are
-            "opt -fast",
-            f"design -stash {stash}",
-        ]
-        return lines
     lines += [
-        "opt -fast",
-        "memory",
+        "setundef -undriven -undef",  # an undriven net is x, as in the simulator
+        # A net with two drivers (the simulator resolves a conflict to x; opt_clean would keep one of them) or a
+        # combinational loop: an error, so no proof.
+        "check -assert",
+        "opt_clean",  # wire aliases only (an initial block's memory-write enable must read as a constant)
+        "memory",  # its memory_memx: a read out of range is x, as in the simulator
+        # Flip-flops with resets, loads and enables as plain ones and logic, which xprop encodes. Registers start
+        # unknown, as in the simulator (a register nothing writes stays x, behind any trigger); the reset the
+        # wrapper holds in the first frames defines them.
+        "async2sync",
+        "dffunmap",
+        # Every x source (x constants, undriven nets, division by zero, selects out of range, memories, registers
+        # not yet written) encoded in two-valued logic before any optimisation could resolve an x to a value.
+        # -required: a cell it cannot encode ($pow) ends the proof instead of passing x through.
+        "xprop -split-outputs -assume-def-inputs -required",
+        "chformal -remove",  # xprop's assumption that the inputs are defined: the miter's inputs always are
         "opt -fast",
         f"design -stash {stash}",
     ]
@@ -197,17 +187,16 @@ def miter_script(
     marks: tuple[str, str] | None = None,
 ) -> str:
     """The Yosys script: read each design on its own (so their module names never meet), copy just the top of
-    each into one design under fresh names, build the miter, wrap it, write the AIGER file. `marks`: two
+    each into one design under fresh names, read the wrapper that compares them (`wrapper`), write the AIGER file. `marks`: two
     identifiers logged to stderr once the reference's and then the answer's side were read, so a caller can
     tell whose read failed."""
     lines = [
-        *_read_side("gold", gold, gold_incdirs, top, nolatches, xprop=True),
+        *_read_side("gold", gold, gold_incdirs, top, nolatches),
         *([f"log -stderr {check_ident(marks[0])}"] if marks else []),
-        *_read_side("gate", gate, gate_incdirs, top, nolatches, drop_ports=drop_ports, xprop=True),
+        *_read_side("gate", gate, gate_incdirs, top, nolatches, drop_ports=drop_ports),
         *([f"log -stderr {check_ident(marks[1])}"] if marks else []),
         f"design -copy-from gold -as {names.gold} {check_ident(top)}",
         f"design -copy-from gate -as {names.gate} {check_ident(top)}",
-        "async2sync",
         f"read_verilog -sv {check_path(wrapper_file)}",
         f"hierarchy -check -top {names.top}",
         "proc",

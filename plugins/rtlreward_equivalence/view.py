@@ -166,27 +166,17 @@ def line_map(units: list[tuple[str, str]]) -> dict[int, tuple[str, int]] | None:
 _XZ_LITERAL = re.compile(r"'[sS]?(?:[bBoOhH]\s*[0-9a-fA-F_]*[xXzZ?]|[dD]\s*[xXzZ?])|'[xXzZ]")
 
 
-def case_items_with_xz(text: str) -> bool:
-    """Whether a plain `case` (not `casez`/`casex`) of `text` has an item holding an x or z literal. The simulator
-    compares a `case` exactly (`===`: an x item matches an x selector); Yosys reads such an item as one no value
-    matches, so a proof of the text would not bind what the simulator runs."""
-    syntax = _SYNTAX
+def _case_items_with_xz(nodes: list[Any]) -> bool:
+    """Whether a plain `case` (not `casez`/`casex`) has an item holding an x or z literal. The simulator compares a
+    `case` exactly (`===`: an x item matches an x selector); Yosys reads such an item as one no value matches."""
     case_kw = pyslang.parsing.TokenKind.CaseKeyword
-    found = False
-
-    def visit(node: object) -> None:
-        nonlocal found
-        if found or node.kind != syntax.SyntaxKind.CaseStatement or node.caseKeyword.kind != case_kw:
-            return
+    for node in nodes:
+        if node.kind != K.CaseStatement or node.caseKeyword.kind != case_kw:
+            continue
         for item in node.items:
-            if item.kind == syntax.SyntaxKind.StandardCaseItem and any(
-                _XZ_LITERAL.search(str(e)) for e in item.expressions
-            ):
-                found = True
-                return
-
-    syntax.SyntaxTree.fromText(text).root.visit(visit)
-    return found
+            if item.kind == K.StandardCaseItem and any(_XZ_LITERAL.search(str(e)) for e in item.expressions):
+                return True
+    return False
 
 
 # -- constructs the proof reads one way and the simulator another -------------------------------------------------
@@ -288,11 +278,13 @@ def _in_system_call(node: Any) -> bool:
 def _read_before_write(body: Any, consts: set[str]) -> str:
     """A name a combinational block reads before its first write in the text (the simulator reads the old value:
     a block's own writes do not wake it; Yosys connects the new one)."""
-    targets = {_span(x): w for x, w in _writes(body)}
-    local = {d.name.valueText for d in _walk(body) if d.kind == K.Declarator}  # `for (int i = 0; ...)`...
-    local |= {d.declarator.name.valueText for d in _walk(body) if d.kind == K.ForVariableDeclaration}
+    writes = _writes(body)
+    targets = {_span(x): w for x, w in writes}
+    inner = _walk(body)
+    local = {d.name.valueText for d in inner if d.kind == K.Declarator}  # `for (int i = 0; ...)`...
+    local |= {d.declarator.name.valueText for d in inner if d.kind == K.ForVariableDeclaration}
     first_write: dict[str, int] = {}
-    for x, w in _writes(body):
+    for x, w in writes:
         name = x.identifier.valueText
         first_write[name] = min(first_write.get(name, 1 << 62), _span(w)[1])
     for name, n in _occurrences(body):
@@ -328,6 +320,8 @@ def _mismatch(text: str, allowed_edges: set[str]) -> str:
     """See `simulation_mismatch`."""
     tree = _SYNTAX.SyntaxTree.fromText(text)
     nodes = _walk(tree.root)
+    if _case_items_with_xz(nodes):
+        return "a `case` item holding an x or z, which the simulator matches exactly (`===`) and the proof cannot"
     for n in nodes:
         if n.kind in (K.DelayControl, K.Delay3, K.OneStepDelay, K.CycleDelay):
             return "a delay (`#`): the proof ignores it, the simulator waits"
@@ -424,10 +418,6 @@ def _mismatch(text: str, allowed_edges: set[str]) -> str:
     return ""
 
 
-def _called_by_name(node: Any) -> bool:
-    return node.kind == K.InvocationExpression and node.left.kind == K.IdentifierName
-
-
 def _subroutine_free_names(nodes: list[Any], consts: set[str]) -> dict[str, set[str]]:
     """Per function and task, the names its body reads or writes without declaring them (module signals)."""
     out: dict[str, set[str]] = {}
@@ -469,6 +459,7 @@ def _race(members: list[Any], free: dict[str, set[str]]) -> str:
         direct = _reads_writes(block)[0]
         return direct.union(*(free[n] for n in direct if n in free))
 
+    edge_reads = [reads(m) for m in edge]
     for w in edge:
         reached = {x.identifier.valueText for x, _ in _writes(w, blocking_only=True)}
         if not reached:
@@ -480,8 +471,8 @@ def _race(members: list[Any], free: dict[str, set[str]]) -> str:
                 if comb_reads & reached and not comb_writes <= reached:
                     reached |= comb_writes
                     grew = True
-        for other in edge:
-            if other is not w and reads(other) & reached:
+        for other, other_reads in zip(edge, edge_reads, strict=True):
+            if other is not w and other_reads & reached:
                 return (
                     f"`{sorted(reached)[0]}`, written with a blocking assignment in one clocked block, is read by "
                     "another: the simulator's order of the two decides"
@@ -490,7 +481,8 @@ def _race(members: list[Any], free: dict[str, set[str]]) -> str:
 
 
 def simulation_mismatch(text: str, edges: Iterable[str]) -> str:
-    """Why `text` holds a construct the proof reads otherwise than the simulator runs (a delay, an edge of a signal
+    """Why `text` holds a construct the proof reads otherwise than the simulator runs (an x or z `case` item, a
+    delay, an edge of a signal
     not in `edges` (the reference's clocks and reset), an `always @*` that reads nothing, an incomplete sensitivity
     list, a combinational block reading a variable before writing it, a blocking write one clocked block makes and
     another reads, a function or task reading module signals called from combinational logic, a variable

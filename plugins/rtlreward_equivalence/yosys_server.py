@@ -17,9 +17,9 @@ Per job: a fresh folder; a forked child in its own session with stdin, stdout an
 (the protocol's pipes closed before anything of the job is read), an alarm at Yosys's limit, the script run on a new
 design; when it succeeds and `abc` is given, the child writes `yosys.done` and becomes ABC (exec), unless the
 AIGER file named by `abc_unless_decided` is decided without it (`aiger_decide`: a constant-0 output, or a small
-combinational miter evaluated on every input). The server waits up to both limits, kills the child's group, then every other process it can signal (the
-sandbox's PID namespace holds only this server and the job: whatever the job left running dies before the answer is
-written), reads what was asked for and removes the folder. This process is not dumpable, so a job cannot ptrace it
+combinational miter evaluated on every input). The server waits up to both limits, kills the child's group, then
+every other process it can signal (the sandbox's PID namespace holds only this server and the job: whatever the job
+left running dies before the answer is written), reads what was asked for and removes the folder. This process is not dumpable, so a job cannot ptrace it
 or read its pipes through /proc.
 """
 
