@@ -439,6 +439,22 @@ def test_a_construct_the_simulator_runs_otherwise_gets_no_proof(stage, tmp_path,
     assert r.metrics["formal"] == "skipped", r.metrics
 
 
+def test_a_construct_the_simulator_runs_otherwise_cannot_dodge_a_refutation(stage, tmp_path):
+    # Wrong at the trigger, which the proof finds; a delay added on top must not trade that refutation for the
+    # undecided share (the rule withholds proofs, not counterexamples).
+    task = Task(id="d", prompt="", reference={"rtl/top.v": SIM_REF}, expected_files=("rtl/top.v",), toplevel="top")
+    plain = SIM_HEAD + "  always @(posedge clk) if (rst) q <= 0; else q <= t ? ~d : d;\nendmodule\n"
+    dodge = SIM_HEAD + (
+        "  wire [31:0] dd; assign #1 dd = d;\n  always @(posedge clk) if (rst) q <= 0; else q <= t ? ~d : dd;\n"
+        "endmodule\n"
+    )
+    base = run_stage(stage, LocalExecutor(), tmp_path / "plain", task, plain)
+    got = run_stage(stage, LocalExecutor(), tmp_path / "dodge", task, dodge)
+    assert base.metrics["equivalence"] == "refuted", base.metrics
+    assert got.status is Status.FAILED and got.metrics["equivalence"] == "refuted", (got.metrics, shown(got))
+    assert got.score <= base.score + 1e-9, (got.score, base.score)
+
+
 # -- the fourth pass: ways around the rule above (files in tests/data/equivalence_forges_4) -----------------------
 FOURTH = sorted((ROOT / "tests" / "data" / "equivalence_forges_4").glob("*.v"))
 
