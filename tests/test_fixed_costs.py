@@ -44,7 +44,7 @@ def _variant(task, i: int) -> dict[str, str]:
     return {"TopModule.sv": f"// variant {i}\n{ref}"}
 
 
-def test_strict_costs_three_commands_per_candidate(counter, tmp_path, monkeypatch):
+def test_strict_costs_two_commands_per_candidate(counter, tmp_path, monkeypatch):
     monkeypatch.setenv("RTLREWARD_CACHE_DIR", str(tmp_path / "cache"))
     ex = Counting()
     with Engine("strict", executor=ex, cache=False, jobs=1, workspace_root=tmp_path / "ws") as eng:
@@ -53,12 +53,19 @@ def test_strict_costs_three_commands_per_candidate(counter, tmp_path, monkeypatc
         ).passed  # the task's one-time costs: limits, stub baseline
         ex.commands.clear()
         reward = eng.score(counter, _variant(counter, 1))
-    assert reward.passed and reward.stages["tests"].metrics["mismatches"] == 0
-    # safety: both preprocessors in one command; compile: iverilog -s TopModule; tests: iverilog + vvp in one.
+        assert reward.passed and reward.stages["tests"].metrics["mismatches"] == 0
+        # safety: read in process (no macro, nothing a preprocessor would change); compile: iverilog -t null -s
+        # TopModule; tests: iverilog + vvp in one.
+        assert len(ex.commands) == 2, ex.commands
+        assert sum(c.startswith("iverilog -g2012 -t null -s TopModule") for c in ex.commands) == 1
+        assert sum("vvp -n _rtlreward_sim.vvp" in c for c in ex.commands) == 1
+        # An answer with a macro: both preprocessors, in one more command.
+        ex.commands.clear()
+        ref = counter.reference["TopModule.sv"]
+        macro = {"TopModule.sv": "`define RTLREWARD_UNUSED 1\n" + ref}
+        assert eng.score(counter, macro).passed
     assert len(ex.commands) == 3, ex.commands
     assert sum("ivlpp" in c for c in ex.commands) == 1
-    assert sum(c.startswith("iverilog -g2012 -t null -s TopModule") for c in ex.commands) == 1
-    assert sum("vvp -n _rtlreward_sim.vvp" in c for c in ex.commands) == 1
 
 
 def test_without_the_compile_stage_the_tests_stage_still_checks_the_answer_alone(
@@ -124,7 +131,9 @@ def test_equiv_proof_costs(counter, tmp_path, monkeypatch, warm):
         assert not any("import os, sys" in " ".join(a) for a in ex.argvs)  # no Yosys runner started
     else:
         assert len(own) == 4, ex.commands
-        assert len(chained) == 1 and any(x.startswith("read_aiger eq.aig") and "pdr -T" in x for x in chained[0])
+        assert len(chained) == 1 and any(
+            x.startswith("read_aiger eq.aig") and "pdr -T" in x for x in chained[0]
+        )
 
 
 def test_a_chained_yosys_past_its_own_limit_is_a_yosys_timeout(counter, tmp_path):

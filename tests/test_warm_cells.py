@@ -236,6 +236,34 @@ def test_a_command_needing_another_mount_runs_alone_then_later_cells_have_it(ex,
     _done(ex, ws2)
 
 
+def test_whether_a_cell_holds_a_commands_folders_is_worked_out_once(ex, tmp_path, monkeypatch):
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "note.txt").write_text("tool data\n")
+    ws = ex.make_workspace("t")
+    ex.run(["cat", str(tools / "note.txt")], workspace=ws, read_only=[tools])  # learned: later cells hold it
+    _done(ex, ws)
+    trees = []
+    real = ex._filesystem
+    monkeypatch.setattr(ex, "_filesystem", lambda *a, **k: trees.append(a) or real(*a, **k))
+    for _ in range(3):
+        ws = ex.make_workspace("t")
+        res = ex.run(["cat", str(tools / "note.txt")], workspace=ws, read_only=[tools])
+        assert res.stdout == "tool data\n"
+        _done(ex, ws)
+    assert ex.stats().get("warm") == 3
+    # The new cell's own mount tree once, then the cell's and the command's compared once for all three candidates
+    # (each of them twice per command before).
+    assert len(trees) == 3
+    # A read-only folder inside the workspace is never answered from that memory: it needs a sandbox of its own.
+    ws = ex.make_workspace("t")
+    (ws / "h").mkdir()
+    ex.run(["true"], workspace=ws, read_only=[ws / "h"])
+    ex.run(["true"], workspace=ws, read_only=[ws / "h"])
+    assert ex.stats().get("warm") == 3
+    _done(ex, ws)
+
+
 def test_a_read_only_folder_inside_the_workspace_needs_its_own_sandbox(ex):
     ws = ex.make_workspace("t")
     frozen = ws / "harness"

@@ -135,6 +135,8 @@ class LocalExecutor:
     ) -> None:
         self.is_root = os.geteuid() == 0
         self.drop_privileges = drop_privileges
+        self._fits: dict[tuple, bool] = {}  # _cell_fits, per workspace root, cell mounts and command
+        self._fits_lock = threading.Lock()
         drop = self.is_root and drop_privileges is not False
         bwrap = shutil.which("bwrap")
         route = _bwrap_route(bwrap, drop) if bwrap and use_bwrap is not False else None
@@ -364,6 +366,33 @@ class LocalExecutor:
         for the cells started next; a read-only folder inside the workspace always needs a sandbox of its own."""
         if not read_only and not path_prepend:
             return True
+        ws = str(workspace)
+        # The answer for folders apart from the workspace depends on the workspace only through where it lies
+        # (its parent): remembered per cell mount set, the first answer's check stands (~1 ms a command).
+        related = [os.path.abspath(str(p)) for p in [*read_only, *path_prepend]]
+        memo = None
+        if not any(_under(p, ws) or _under(ws, p) for p in related):
+            memo = (
+                str(workspace.parent),
+                tuple(cell.read_only),
+                tuple(cell.path_prepend),
+                tuple(map(str, read_only)),
+                tuple(path_prepend),
+            )
+            known = self._fits.get(memo)
+            if known is not None:
+                return known
+        fits = self._cell_fits_checked(cell, workspace, read_only, path_prepend)
+        if memo is not None:
+            with self._fits_lock:
+                if len(self._fits) > 256:
+                    self._fits.clear()
+                self._fits[memo] = fits
+        return fits
+
+    def _cell_fits_checked(
+        self, cell: Cell, workspace: Path, read_only: Sequence[Path], path_prepend: Sequence[str]
+    ) -> bool:
         ro_cell = [Path(p) for p in cell.read_only]
         have = self._filesystem(workspace, ro_cell, cell.path_prepend, None)
         if (
