@@ -51,10 +51,21 @@ def test_a_real_proof_job_runs_yosys_then_abc(pool):
 def test_abc_is_not_started_when_the_miter_is_decided_without_it(pool):
     miter = "read_verilog -sv a.v\nhierarchy -top a\nproc\nflatten\nopt\ntechmap\ndffunmap\naigmap\nwrite_aiger -zinit eq.aig\n"
     abc = ["/bin/sh", "-c", "echo abc-ran"]
-    latch = "reg r = 0; always @(posedge x) r <= y;"
-    for trigger, runs in (("x & ~x", False), ("x & y", False), (f"r; {latch}", True)):
+    latch = "reg r = 0; always @(posedge x) r <= y[0];"
+    # a register of 12 input bits that must take one value while the inputs take another: too many inputs to
+    # walk every state on every pattern, too unlikely to meet at random: ABC's
+    wide = "reg [11:0] w = 0; always @(posedge x) w <= y;"
+    cases = (
+        ("x & ~x", False),  # the constant 0
+        ("x & y[0]", False),  # combinational, few inputs: every pattern
+        (f"r; {latch}", False),  # a register: every reachable state
+        (f"(w == 12'habc) & (y == 12'h123); {wide}", True),
+    )
+    for trigger, runs in cases:
         trigger, _, extra = trigger.partition(";")
-        design = f"module a(input x, input y, output trigger); {extra} assign trigger = {trigger}; endmodule\n"
+        design = (
+            f"module a(input x, input [11:0] y, output trigger); {extra} assign trigger = {trigger}; endmodule\n"
+        )
         got = pool.prove(
             {"eq.ys": miter, "a.v": design}, "eq.ys", 10.0, abc, 10.0, ("eq.aig",), abc_unless_decided="eq.aig"
         )
@@ -190,18 +201,29 @@ XOR = [(2, 5), (3, 4)]  # x0 & ~x1, ~x0 & x1; x0 ^ x1 = ~(~g1 & ~g2)
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
-        (aig(2, [], 0), ("proved", "structural", {})),
-        (aig(3, [(2, 4)], 0, latches=["6"]), ("proved", "structural", {})),  # a latch line, then the output
-        (aig(2, [(2, 4)], 6), ("cex", "exhaustive", {0: 1, 1: 1})),  # x0 & x1: the first pattern is 11
-        (aig(2, [(2, 3)], 6), ("proved", "exhaustive", {})),  # x0 & ~x0 never holds
-        (aig(2, [*XOR, (7, 9)], 10), ("cex", "exhaustive", {0: 0, 1: 0})),  # xnor: 00 first
-        (aig(2, [*XOR, (7, 9)], 11), ("cex", "exhaustive", {0: 1, 1: 0})),  # xor: 01 (x0 = 1) first
-        (aig(2, [], 1), ("cex", "exhaustive", {0: 0, 1: 0})),  # the constant 1: always differs
+        (aig(2, [], 0), ("proved", "structural", ())),
+        (aig(3, [(2, 4)], 0, latches=["6"]), ("proved", "structural", ())),  # a latch line, then the output
+        (aig(2, [(2, 4)], 6), ("cex", "exhaustive", ({0: 1, 1: 1},))),  # x0 & x1: the first pattern is 11
+        (aig(2, [(2, 3)], 6), ("proved", "exhaustive", ())),  # x0 & ~x0 never holds
+        (aig(2, [*XOR, (7, 9)], 10), ("cex", "exhaustive", ({0: 0, 1: 0},))),  # xnor: 00 first
+        (aig(2, [*XOR, (7, 9)], 11), ("cex", "exhaustive", ({0: 1, 1: 0},))),  # xor: 01 (x0 = 1) first
+        (aig(2, [], 1), ("cex", "exhaustive", ({0: 0, 1: 0},))),  # the constant 1: always differs
         # 9 inputs, output = all of them: the only pattern is all ones (inputs past the first bytes' patterns)
         (aig(9, [(2, 4), (20, 6), (22, 8), (24, 10), (26, 12), (28, 14), (30, 16), (32, 18)], 34),
-         ("cex", "exhaustive", {k: 1 for k in range(9)})),
-        (aig(17, [], 2), None),  # more inputs than are evaluated: ABC's
-        (aig(3, [(2, 4)], 8, latches=["6"]), None),  # a latch: a sequential miter is ABC's
+         ("cex", "exhaustive", ({k: 1 for k in range(9)},))),
+        # more inputs than are evaluated on every pattern: the output is input 0, found at random (the other inputs,
+        # read by nothing, 0)
+        (aig(17, [], 2), ("cex", "random", ({0: 1, **{k: 0 for k in range(1, 17)}},))),
+        (aig(17, [(2, 3)], 36), None),  # x0 & ~x0 over 17 inputs: not refuted at random, so ABC's
+        # a latch that takes input 2 (the output): the shortest sequence sets input 2, then the output is set
+        (aig(3, [(2, 4)], 8, latches=["6"]), ("cex", "explicit", ({0: 0, 1: 0, 2: 1}, {0: 0, 1: 0, 2: 0}))),
+        (aig(1, [], 4, latches=["2 1"]), ("cex", "explicit", ({0: 0},))),  # starts at 1 (an init field)
+        (aig(1, [], 4, latches=["4"]), ("proved", "explicit", ())),  # holds its initial 0 for ever
+        (aig(1, [], 4, latches=["2 4"]), None),  # its initial value left open: ABC's
+        (aig(1, [], 4, latches=["2 3"]), None),  # an init field that is neither 0, 1 nor its own literal
+        (aig(1, [], 4, latches=["2 0 0"]), None),  # three fields on a latch line
+        # 17 inputs (more than are evaluated on every pattern): an AND of two finds its pattern at random
+        (aig(17, [(2, 4)], 36), ("cex", "random", ({0: 1, 1: 1, **{k: 0 for k in range(2, 17)}},))),
         (aig(2, [(2, 4)], 6, extra=" 1 0 0 0"), None),  # a bad-state property besides the output
         (b"aig 2 2 0 2 0\n0\n0\n", None),  # two outputs
         (b"aig 3 2 0 1 0\n0\n", None),  # M is not I + L + A
@@ -218,7 +240,7 @@ XOR = [(2, 5), (3, 4)]  # x0 & ~x1, ~x0 & x1; x0 ^ x1 = ~(~g1 & ~g2)
         (b" aig 3 2 0 1 1\n6\n\x02\x02", None),  # ABC does not read these either
         (b"aig 3 2 0 1 1 0 0 0 0 0\n6\n\x02\x02", None),
         (aig(2, [(2, 4)], 6) + b"\x07junk", None),
-        (aig(2, [(2, 4)], 6) + b"i0 x\nc\nmade by hand\n", ("cex", "exhaustive", {0: 1, 1: 1})),
+        (aig(2, [(2, 4)], 6) + b"i0 x\nc\nmade by hand\n", ("cex", "exhaustive", ({0: 1, 1: 1},))),
     ],
 )
 def test_a_miter_is_decided_without_abc_only_where_that_is_complete(tmp_path, data, expected):
@@ -298,3 +320,125 @@ def test_the_exhaustive_verdict_is_abcs_on_the_same_miter(pool, ref, ans):
     if decided[0] == "cex":  # ABC's counterexample sets the output too: both find a real difference
         inputs_map = formal.parse_map(got["files"][formal.MAP].decode())
         assert formal.parse_cex(got["files"]["pdr.cex"].decode(), inputs_map)
+
+
+# Sequential pairs (reference, answer) over clk, rst, a, b -> q: each miter is decided from its file (`explicit`
+# or `random`) and the verdict must be ABC's PDR verdict on the same file; a counterexample must set the output when
+# the AIG is run on it (an evaluator of its own below).
+SEQ = "module m(input clk, input rst, input a, input b, output reg [{w}:0] q);\n{body}\nendmodule\n"
+SEQ_PAIRS = [
+    # a counter, restated and wrapped differently
+    ("always @(posedge clk) if (rst) q <= 0; else if (a) q <= q + 1;",
+     "always @(posedge clk) begin if (rst) q <= 0; else q <= q + {2'b0, a}; end", 2),
+    ("always @(posedge clk) if (rst) q <= 0; else if (a) q <= q + 1;",
+     "always @(posedge clk) if (rst) q <= 0; else if (a) q <= (q == 3'd6) ? 3'd0 : q + 1;", 2),
+    # a shift register: the same, and a tap that is one stage late
+    ("always @(posedge clk) if (rst) q <= 0; else q <= {q[2:0], a ^ b};",
+     "always @(posedge clk) if (rst) q <= 4'b0; else begin q[3:1] <= q[2:0]; q[0] <= a ^ b; end", 3),
+    ("always @(posedge clk) if (rst) q <= 0; else q <= {q[2:0], a ^ b};",
+     "always @(posedge clk) if (rst) q <= 0; else q <= {q[2:0], a ^ b ^ (q == 4'hf)};", 3),
+    # an enable that the answer forgets, and a reset the answer ignores
+    ("always @(posedge clk) if (rst) q <= 0; else if (b) q <= {q[0], a};",
+     "always @(posedge clk) if (rst) q <= 0; else q <= {q[0], a};", 1),
+    ("always @(posedge clk) if (rst) q <= 0; else if (b) q <= {q[0], a};",
+     "always @(posedge clk) if (b) q <= {q[0], a};", 1),
+    # a sequence detector (a then b) as two encodings of the same machine
+    ("reg s; always @(posedge clk) if (rst) begin s <= 0; q <= 0; end else begin s <= a; q <= s & b; end",
+     "reg [1:0] t; always @(posedge clk) if (rst) begin t <= 0; q <= 0; end else begin t <= {t[0], a}; "
+     "q <= t[0] & b; end", 0),
+    # a counter that differs only after 7 steps
+    ("always @(posedge clk) if (rst) q <= 0; else if (a & b) q <= q + 1;",
+     "always @(posedge clk) if (rst) q <= 0; else if (a & b) q <= (q == 3'd7) ? 3'd7 : q + 1;", 2),
+]
+
+
+def _run_aig(data: bytes, frames) -> int:
+    """The output of the AIG at the last of `frames` (input index -> bit), from its latches' initial values."""
+    from rtlreward_equivalence.yosys_server import _gates
+
+    nl = data.find(b"\n")
+    m, i, n_latches, _, n_ands = map(int, data[4:nl].split()[:5])
+    pos = nl + 1
+    nexts, state = [], []
+    for _ in range(n_latches):
+        end = data.find(b"\n", pos)
+        parts = data[pos:end].split()
+        nexts.append(int(parts[0]))
+        state.append(int(parts[1]) if len(parts) > 1 else 0)
+        pos = end + 1
+    end = data.find(b"\n", pos)
+    out = int(data[pos:end])
+    r0, r1, _ = _gates(data, end + 1, i + n_latches, n_ands)
+    for f, frame in enumerate(frames):
+        v = [0] * (m + 1)
+        v[1 : i + 1] = [frame.get(k, 0) for k in range(i)]
+        v[i + 1 : i + 1 + n_latches] = state
+        for a in range(n_ands):
+            v[i + n_latches + 1 + a] = (v[r0[a] >> 1] ^ (r0[a] & 1)) & (v[r1[a] >> 1] ^ (r1[a] & 1))
+        if f == len(frames) - 1:
+            return v[out >> 1] ^ (out & 1)
+        state = [v[x >> 1] ^ (x & 1) for x in nexts]
+    return 0
+
+
+@pytest.mark.parametrize(("ref", "ans", "top"), SEQ_PAIRS)
+def test_the_sequential_verdict_is_abcs_on_the_same_miter(tmp_path, ref, ans, top):
+    import subprocess
+    import sys
+
+    from rtlreward_equivalence import formal
+    from rtlreward_equivalence.design import PortInfo, Reset
+    from rtlreward_equivalence.yosys_server import aiger_decide
+    from rtlreward_hdl.yosys import YOSYS_RUNNER
+
+    if not _pyosys_dir():
+        pytest.skip("needs the pyosys wheel")
+    names = formal.Names.fresh()
+    inputs = [PortInfo(n, "input", 1, True) for n in ("rst", "a", "b")]
+    outputs = [PortInfo("q", "output", top + 1, True)]
+    (tmp_path / "gold.v").write_text(SEQ.format(w=top, body=ref))
+    (tmp_path / "gate.v").write_text(SEQ.format(w=top, body=ans))
+    (tmp_path / "wrapper.sv").write_text(formal.wrapper(inputs, outputs, Reset("rst", False), 1, names, ("clk",)))
+    (tmp_path / "eq.ys").write_text(formal.miter_script(["gold.v"], ["gate.v"], "m", "wrapper.sv", names))
+    run = [sys.executable, "-I", "-S", "-c", YOSYS_RUNNER, "eq.ys", _pyosys_dir()]
+    subprocess.run(run, cwd=tmp_path, check=True, capture_output=True, timeout=60)
+    decided = aiger_decide(str(tmp_path / formal.AIG))
+    assert decided is not None and decided[1] in ("explicit", "random"), decided
+    abc = os.path.join(_pyosys_dir(), "pyosys", "yosys-abc")
+    res = subprocess.run([abc, "-s", "-c", formal.abc_pdr(20)], cwd=tmp_path, capture_output=True, text=True)
+    assert decided[0] == formal.parse_abc(res.stdout).verdict, (decided, res.stdout[-300:])
+    if decided[0] == "cex":
+        data = (tmp_path / formal.AIG).read_bytes()
+        assert _run_aig(data, decided[2]) == 1
+        assert _run_aig(data, decided[2][:-1]) == 0 or decided[1] == "random"  # explicit: the shortest
+
+
+def test_the_library_read_once_maps_as_techmap_reads_it(pool):
+    """A job's `techmap` with the built-in library the server read at start writes the same AIGER file, byte for
+    byte, as one that reads the library itself (~15 ms a proof)."""
+    from rtlreward_equivalence import formal
+    from rtlreward_equivalence.design import PortInfo
+
+    def module(body: str) -> str:
+        return f"module m(input [3:0] a, input [3:0] b, output [4:0] y);\n  {body}\nendmodule\n"
+
+    names = formal.Names.fresh()
+    inputs = [PortInfo(n, "input", 4, True) for n in "ab"]
+    files = {
+        "eq.ys": formal.miter_script(["gold.v"], ["gate.v"], "m", "wrapper.sv", names),
+        "gold.v": module("assign y = a + b;"),
+        "gate.v": module("assign y = {1'b0, a} - {1'b0, ~b} - 5'd1;"),
+        "wrapper.sv": formal.wrapper(inputs, [PortInfo("y", "output", 5, True)], None, 1, names),
+    }
+    assert "\ntechmap\n" in files["eq.ys"]
+    got = {
+        flag: pool.prove(
+            files, "eq.ys", 20.0, None, 0.0, (formal.AIG, formal.MAP, "yosys.log"), builtin_techmap=flag
+        )
+        for flag in (False, True)
+    }
+    for answer in got.values():
+        assert answer is not None and answer["rc"] == 0 and answer["files"][formal.AIG], answer
+    log = {flag: answer["files"].pop("yosys.log").decode() for flag, answer in got.items()}
+    assert "techmap.v' to AST" in log[False] and "techmap.v' to AST" not in log[True]  # read once, at start
+    assert got[True]["files"] == got[False]["files"]

@@ -40,6 +40,7 @@ from rtlreward import hookimpl
 from rtlreward.model import Diagnostic, StageResult, Status
 from rtlreward.sandbox import CommandResult, resource_exhaustion
 from rtlreward.stage import Stage, StageContext, UnsafePath, safe_relpath
+from rtlreward_hdl.preprocess import inert
 from rtlreward_hdl.simrun import compile_then_run
 from rtlreward_hdl.slang import ExpansionTooLarge
 from rtlreward_hdl.yosys import SAFE_PATH_RE, YOSYS_RUNNER
@@ -174,6 +175,11 @@ class _Views:
     missing_tool: bool = False
 
 
+# The reference's view (`EquivalenceStage._views`), per its texts and include folders: Icarus preprocesses it once
+# per task, not once per sample.
+_GOLD_VIEWS: dict[str, str] = {}
+_GOLD_VIEWS_LOCK = threading.Lock()
+
 # Whether a reference proves against itself (`EquivalenceStage._self_proof`), per reference text, plan and toolchain.
 SELF_PROOF_VERSION = "1"
 SELF_PROOF_BUDGET = 2  # x `formal_timeout`: the self-proof's PDR budget, and an undecided answer's second try
@@ -276,29 +282,66 @@ class EquivalenceStage(Stage):
 
     def _views(self, ctx: StageContext, work: Path, gold: _Side, gate: _Side) -> _Views:
         """Both designs as Icarus preprocesses them (`iverilog -g2012 -E`, the program and defines the simulation
-        runs), in one sandboxed command, then `view.neutralise`d: the text every tool that judges the answer reads."""
+        runs), then `view.neutralise`d: the text every tool that judges the answer reads. A side no preprocessor
+        would change (`rtlreward_hdl.preprocess.inert`) is its units' texts joined as `iverilog -E` joins them,
+        read in this process; the reference's view is remembered per text (it is the same for every sample of a
+        task); what is left runs in one sandboxed command."""
+        texts = {
+            side: [(u, (work / u).read_text(errors="replace")) for u in files.script_units]
+            for side, files in (("gold", gold), ("gate", gate))
+        }
+        every = sorted((n, (work / n).read_text(errors="replace")) for n in gold.names)  # headers too
+        gold_key = hashlib.sha256(
+            json.dumps(
+                [type(ctx.executor).__name__, str(getattr(ctx.executor, "image", "")), gold.incdirs,
+                 gold.script_units, every],
+                ensure_ascii=False,
+            ).encode(
+                "utf-8", "surrogatepass"
+            )
+        ).hexdigest()
+        preprocessed: dict[str, str | None] = {}
+        with _GOLD_VIEWS_LOCK:
+            if gold_key in _GOLD_VIEWS:
+                preprocessed["gold"] = _GOLD_VIEWS[gold_key]
+        for side in ("gold", "gate"):
+            if side not in preprocessed and inert(t for _, t in texts[side]):
+                preprocessed[side] = "".join(t for _, t in texts[side])
         script = []
         for side, files in (("gold", gold), ("gate", gate)):
+            if side in preprocessed:
+                continue
             # the units under names safe anywhere (iverilog passes file names on one per line)
             argv = ["iverilog", "-g2012", "-E", "-o", f"{side}.pp.v", *(f"-I{d}" for d in files.incdirs)]
             argv += list(files.script_units)
             quoted = " ".join(shlex.quote(a) for a in argv)
             script.append(f"{quoted} >{side}.pp.err 2>&1; echo $? >{side}.pp.rc")
-        res = ctx.run(["sh", "-c", "\n".join(script)], cwd=work, timeout=min(float(ctx.timeout), 10.0))
+        missing = False
+        if script:
+            res = ctx.run(["sh", "-c", "\n".join(script)], cwd=work, timeout=min(float(ctx.timeout), 10.0))
+            missing = _missing_tool(res, "sh")
+            for side in ("gold", "gate"):
+                if side in preprocessed:
+                    continue
+                rc = _read_small(work / f"{side}.pp.rc")
+                missing = missing or (rc or "").strip() == "127"  # the shell found no iverilog
+                text = _read_small(work / f"{side}.pp.v", limit=view.MAX_TEXT)
+                ok = not res.timed_out and text is not None and (rc or "").strip() == "0"
+                preprocessed[side] = text if ok else None
+        if preprocessed["gold"] is not None:
+            with _GOLD_VIEWS_LOCK:
+                _GOLD_VIEWS[gold_key] = preprocessed["gold"]
+                while len(_GOLD_VIEWS) > 256:
+                    _GOLD_VIEWS.pop(next(iter(_GOLD_VIEWS)))
         out: dict[str, Any] = {}
-        missing = _missing_tool(res, "sh")
         for side, files in (("gold", gold), ("gate", gate)):
-            rc = _read_small(work / f"{side}.pp.rc")
-            missing = missing or (rc or "").strip() == "127"  # the shell found no iverilog
-            text = _read_small(work / f"{side}.pp.v", limit=view.MAX_TEXT)
-            if res.timed_out or text is None or (rc or "").strip() != "0":
+            text = preprocessed[side]
+            if text is None or len(text) > view.MAX_TEXT:
                 out[side] = None
                 continue
             n = view.neutralise(text)
             (work / f"{side}.ys.v").write_text(n.text)
-            units = [
-                (files.names.get(u, u), (work / u).read_text(errors="replace")) for u in files.script_units
-            ]
+            units = [(files.names.get(u, u), t) for u, t in texts[side]]
             out[side] = (n, view.line_map(units))
         return _Views(out["gold"], out["gate"], missing)
 
@@ -349,7 +392,9 @@ class EquivalenceStage(Stage):
         wanted = (formal.AIG, formal.MAP, "pdr.cex")
         probe = getattr(ctx.executor, "is_cancelled", None)
         cancelled = (lambda: bool(probe(ctx.workspace))) if callable(probe) else None
-        got = pool.prove(files, name, limit, abc, abc_limit, wanted, cancelled, abc_unless_decided=formal.AIG)
+        got = pool.prove(
+            files, name, limit, abc, abc_limit, wanted, cancelled, abc_unless_decided=formal.AIG, builtin_techmap=True
+        )
         if got is None:
             return None
         for n in wanted:
@@ -521,23 +566,27 @@ class EquivalenceStage(Stage):
     @staticmethod
     def _decided(work: Path, seconds: float, nolatches: bool) -> _Formal | None:
         """The miter decided from its AIGER file without ABC (`yosys_server.aiger_decide`): its output the constant 0
-        after Yosys's optimisation (`structural`), or a combinational miter with few inputs evaluated on every input
-        pattern (`exhaustive`: proved, or the first pattern that differs as a one-frame counterexample). The warm
-        server does not start ABC for these; where ABC ran in the one-shot command its verdict is the same."""
+        after Yosys's optimisation (`structural`), a combinational miter with few inputs evaluated on every input
+        pattern (`exhaustive`), a sequential one with few inputs walked through every reachable state (`explicit`),
+        or a random input sequence that sets the output (`random`, a counterexample only). The warm server does not
+        start ABC for these; where ABC ran in the one-shot command its verdict is the same."""
         got = yosys_server.aiger_decide(str(work / formal.AIG))
         if got is None:
             return None
-        verdict, engine, bits = got
+        verdict, engine, steps = got
         if verdict == "proved":
             return _Formal("proved", engine, seconds=seconds, nolatches=nolatches)
         try:
             inputs = formal.parse_map((work / formal.MAP).read_text())
         except OSError:
             return None
-        frame: dict[str, int] = {}
-        for idx, (name, pos) in inputs.items():
-            frame[name] = frame.get(name, 0) | (bits.get(idx, 0) << pos)
-        return _Formal("cex", engine, frames=(frame,), seconds=seconds, nolatches=nolatches)
+        frames = []
+        for bits in steps:
+            frame: dict[str, int] = {}
+            for idx, (name, pos) in inputs.items():
+                frame[name] = frame.get(name, 0) | (bits.get(idx, 0) << pos)
+            frames.append(frame)
+        return _Formal("cex", engine, frames=tuple(frames), seconds=seconds, nolatches=nolatches)
 
     def _self_proof(self, ctx: StageContext, work: Path, plan: diffsim.SimPlan, gold_file: str) -> bool:
         """Whether the reference proves against a renamed copy of itself within the answer's budget (twice it,
@@ -586,11 +635,12 @@ class EquivalenceStage(Stage):
         plan: diffsim.SimPlan,
         stim: diffsim.Stimulus,
         timeout: float,
+        stim_hex: str | None = None,
     ) -> _Sim:
         nonce = secrets.token_hex(8)
         sim_dir = work / f"sim_{side}"
         sim_dir.mkdir(parents=True, exist_ok=True)
-        (sim_dir / "stim.hex").write_text(diffsim.stimulus_hex(plan, stim))
+        (sim_dir / "stim.hex").write_text(stim_hex if stim_hex is not None else diffsim.stimulus_hex(plan, stim))
         tb_name, tb = diffsim.testbench(plan, nonce, len(stim), "stim.hex")
         (sim_dir / "tb.sv").write_text(tb)
         rel = f"sim_{side}"
@@ -897,7 +947,8 @@ class EquivalenceStage(Stage):
         metrics["sim_seeds"] = metrics.get("sim_seeds", 0) + len(stim.segments)
         metrics["sim_cycles"] = metrics.get("sim_cycles", 0) + len(stim)
         gold_error = gate_error = ""
-        g = self._simulate(ctx, work, "gold", gold, plan, stim, sim_timeout)
+        stim_hex = diffsim.stimulus_hex(plan, stim)
+        g = self._simulate(ctx, work, "gold", gold, plan, stim, sim_timeout, stim_hex)
         if g.error == "missing":
             return self._fail(
                 Status.ERROR, "Icarus Verilog is not installed: `apt-get install iverilog`", "tool-missing"
@@ -910,7 +961,7 @@ class EquivalenceStage(Stage):
             return None, gold_error, "", None
         # A hung candidate is cut at a multiple of the reference's own time, not at the full budget.
         limit = min(sim_timeout, max(2.0, 20 * g.seconds + 1.0))
-        a = self._simulate(ctx, work, "gate", gate, plan, stim, limit)
+        a = self._simulate(ctx, work, "gate", gate, plan, stim, limit, stim_hex)
         metrics["sim_seconds"] = round(metrics.get("sim_seconds", 0.0) + g.seconds + a.seconds, 4)
         if a.trace is None:
             gate_error = a.error

@@ -204,23 +204,24 @@ class Trace:
 
 
 def parse_trace(output: str, nonce: str, plan: SimPlan, cycles: int) -> Trace:
-    widths = [p.width or 1 for p in plan.outputs]
-    pat = re.compile(rf"@{re.escape(nonce)} (\d+)((?: [01xzXZ]+)*)\s*$")
+    """The samples the testbench printed (lines carrying its nonce, which the design cannot know), the first of
+    each cycle; a line of the wrong shape did not come from the testbench and is ignored."""
+    widths = tuple(p.width or 1 for p in plan.outputs)
+    tag = re.escape(f"@{nonce}")
+    pat = re.compile(rf"{tag} (?:(\d+)((?: [01xzXZ]+)*)|(end))[ \t\f\v\r]*$", re.M)
     samples: list[tuple[str, ...] | None] = [None] * cycles
     complete = False
-    for line in output.splitlines():
-        if f"@{nonce} end" in line and line.rstrip().endswith(f"@{nonce} end"):
+    for m in pat.finditer(output.replace("\r\n", "\n")):
+        if m.group(3) is not None:
             complete = True
             continue
-        m = pat.search(line)
-        if not m:
+        values = m.group(2).lower().split()
+        # Icarus prints exactly the declared width; anything else did not come from this testbench.
+        if tuple(map(len, values)) != widths:
             continue
         i = int(m.group(1))
-        values = tuple(v.lower() for v in m.group(2).split())
-        # Icarus prints exactly the declared width; anything else did not come from this testbench.
-        fits = len(values) == len(widths) and all(len(v) == w for v, w in zip(values, widths, strict=True))
-        if 0 <= i < cycles and fits and samples[i] is None:
-            samples[i] = values
+        if i < cycles and samples[i] is None:
+            samples[i] = tuple(values)
     return Trace(tuple(samples), complete)
 
 

@@ -151,11 +151,13 @@ class WarmYosys:
         want: Sequence[str],
         cancelled: Callable[[], bool] | None = None,
         abc_unless_decided: str | None = None,
+        builtin_techmap: bool = False,
     ) -> dict[str, Any] | None:
         """Run one job (see `yosys_server`); None when no server could take it, it did not answer in time, or
         `cancelled()` turned true meanwhile (its server is then killed with the job; the caller runs its one-shot
         command, which a cancelled executor refuses at once). Files in the answer are bytes, or None. ABC is not
-        started when the AIGER file `abc_unless_decided` names is decided without it (`yosys_server.aiger_decide`)."""
+        started when the AIGER file `abc_unless_decided` names is decided without it (`yosys_server.aiger_decide`).
+        `builtin_techmap`: the script's bare `techmap` lines use the library the server read once."""
         server = self._take()
         if server is None:
             return None
@@ -167,6 +169,7 @@ class WarmYosys:
             "abc_seconds": abc_seconds,
             "want": list(want),
             "abc_unless_decided": abc_unless_decided,
+            "builtin_techmap": builtin_techmap,
         }
         start = time.monotonic()
         line = None

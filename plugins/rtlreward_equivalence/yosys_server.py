@@ -30,6 +30,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -59,23 +60,38 @@ def _text(path: str) -> str:
     return raw[:MAX_TEXT].decode("utf-8", "replace") + ("\n[output truncated]" if cut else "")
 
 
-# A combinational miter (no latch) with few inputs is decided by evaluating its AIG on every input at once (one
-# bit per input pattern, a Python int per node) instead of starting ABC (~20 ms of its own start-up): complete, like
-# PDR, and with the first differing pattern as the counterexample. Bounded: at most 2^16 patterns and this many
-# node x pattern bits, so a file no larger than the limits costs at most a few milliseconds.
+# A miter is decided from its AIG, without ABC (~40 ms of its own start-up, more than the rest of a small proof),
+# where that is cheap and sound, in this order:
+# - "structural": its one output is the constant 0 (Yosys's optimisation found the two sides the same logic);
+# - "exhaustive": no latch and few inputs: the AIG evaluated on every input pattern at once (one bit per pattern, a
+#   Python int per node): proved, or the first pattern that differs;
+# - "explicit": latches (from their initial values: Yosys writes `-zinit`) and few inputs the gates read: every
+#   reachable state visited breadth first, each on every input pattern at once: proved when no reachable state and
+#   input sets the output, else the shortest input sequence that does;
+# - "random": seeded random input sequences (a lane per bit of a Python int, some lanes biased towards 0 or 1) run
+#   from the initial state: a sequence that sets the output is a counterexample; none found decides nothing.
+# Every step is bounded in gates x patterns x states (a few milliseconds); past the bounds, ABC decides. The same
+# file gives the same verdict every time (the random inputs are seeded from the file), so the host's reading of
+# the file and the server's agree.
 EXHAUSTIVE_INPUTS = 16
 EXHAUSTIVE_WORK = 1 << 26
+EXPLICIT_INPUTS = 10  # inputs the gates read (the wrapper's clock is read by none)
+EXPLICIT_LATCHES = 64
+EXPLICIT_WORK = 1 << 17  # states x (gates + patterns)
+RANDOM_LANES = 64
+RANDOM_FRAMES = 24
+RANDOM_WORK = 1 << 15  # gates x frames
+DECODE_ANDS = 1 << 16  # gates decoded for the sequential and random readings at most
 AIGER_MAX = MAX_FILE  # what a warm answer carries; a larger miter is ABC's
 _AIGER_FIELD = 20  # digits of a header field or a literal: a longer one is not a miter Yosys wrote
 
 
-def aiger_decide(path: str) -> tuple[str, str, dict[int, int]] | None:
-    """What the binary AIGER file at `path` says without ABC, or None when it takes a real proof: ("proved",
-    "structural", {}) when its one output is the constant 0 (Yosys's optimisation already found the two sides the
-    same logic); for a file with no latch and few inputs, ("proved", "exhaustive", {}) when no input pattern sets
-    the output, else ("cex", "exhaustive", {input index: bit}) for the first pattern that does. Only a file with
-    exactly one output and no bad-state, constraint, justice or fairness property is decided; anything else, or a
-    file that does not read as AIGER, is None."""
+def aiger_decide(path: str) -> tuple[str, str, tuple[dict[int, int], ...]] | None:
+    """What the binary AIGER file at `path` says without ABC, or None when it takes a real proof: (verdict,
+    engine, frames) with verdict "proved" or "cex", engine "structural", "exhaustive", "explicit" or "random" (see
+    above), and for a counterexample the value of every input (by index) in each frame, the output set in the last.
+    Only a file with exactly one output and no bad-state, constraint, justice or fairness property is decided;
+    anything else, or a file that does not read as AIGER, is None."""
     raw = _read(path, AIGER_MAX)
     if raw is None or len(raw) > AIGER_MAX or not raw.startswith(b"aig "):
         return None
@@ -86,11 +102,15 @@ def aiger_decide(path: str) -> tuple[str, str, dict[int, int]] | None:
     m, i, latches, outputs, ands, *extra = (int(f) for f in head)
     if outputs != 1 or any(extra) or m != i + latches + ands:
         return None
+    if len(raw) < latches * 2:  # every latch line takes two bytes at least
+        return None
     pos = nl + 1
+    lines: list[bytes] = []
     for _ in range(latches):  # a latch line: next-state literal (and an init value)
         nl = raw.find(b"\n", pos)
         if nl < 0:
             return None
+        lines.append(raw[pos:nl])
         pos = nl + 1
     nl = raw.find(b"\n", pos)
     line = raw[pos:nl] if nl >= 0 else b""
@@ -98,58 +118,229 @@ def aiger_decide(path: str) -> tuple[str, str, dict[int, int]] | None:
         return None
     out = int(line)
     pos = nl + 1
-    if len(raw) - pos < 2 * ands:  # every gate takes two bytes at least: a header that promises more is not read
+    if (
+        len(raw) - pos < 2 * ands
+    ):  # every gate takes two bytes at least: a header that promises more is not read
         return None
     if out == 0:
-        return ("proved", "structural", {})
-    if latches or i > EXHAUSTIVE_INPUTS or (ands + 1) << i > EXHAUSTIVE_WORK or out > 2 * m + 1:
+        return ("proved", "structural", ())
+    if out > 2 * m + 1:
         return None
-    n = 1 << i  # patterns: pattern p gives input k the value of bit k of p
-    mask = (1 << n) - 1
-    values = [0] * (m + 1)
-    for k in range(i):
-        if k < 3:
-            unit = bytes((0xAA, 0xCC, 0xF0)[k : k + 1])
-        else:
-            half = 1 << (k - 3)
-            unit = bytes(half) + b"\xff" * half
-        count = max(1, (n // 8) // len(unit))
-        values[k + 1] = int.from_bytes(unit * count, "little") & mask
-
-    def lit(x: int) -> int:
-        v = values[x >> 1]
-        return v ^ mask if x & 1 else v
-
-    def number() -> int:  # AIGER's 7-bit little-endian delta encoding
-        nonlocal pos
-        value = shift = 0
-        while True:
-            if pos >= len(raw) or shift > 35:
-                raise ValueError("cut short")
-            byte = raw[pos]
-            pos += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-
-    try:
-        for a in range(ands):
-            lhs = 2 * (i + a + 1)
-            rhs0 = lhs - number()
-            rhs1 = rhs0 - number()
-            if not 0 <= rhs1 <= rhs0 < lhs:
-                return None
-            values[i + a + 1] = lit(rhs0) & lit(rhs1)
-    except ValueError:
+    if latches:
+        if ands > DECODE_ANDS:
+            return None
+        nexts, inits = _latches(lines, m, i)
+        if nexts is None:
+            return None
+    else:
+        nexts, inits = [], []
+        small = i <= EXHAUSTIVE_INPUTS and (ands + 1) << i <= EXHAUSTIVE_WORK
+        if not small and ands > DECODE_ANDS:
+            return None
+    gates = _gates(raw, pos, i + latches, ands)
+    if gates is None:
         return None
-    if out >> 1 > i + ands or raw[pos : pos + 1] not in (b"", b"i", b"l", b"o", b"b", b"c", b"j", b"f"):
+    r0, r1, pos = gates
+    if raw[pos : pos + 1] not in (b"", b"i", b"l", b"o", b"b", b"c", b"j", b"f"):
         return None  # after the gates: nothing, the symbol table or the comment section
-    hit = lit(out)
+    aig = _Aig(m, i, nexts, inits, out, r0, r1)
+    if not latches and i <= EXHAUSTIVE_INPUTS and (ands + 1) << i <= EXHAUSTIVE_WORK:
+        return _exhaustive(aig)
+    if latches and any(v is None for v in inits):
+        return None  # an initial value left open: any of them would have to be tried
+    if latches:
+        got = _explicit(aig)
+        if got is not None:
+            return got
+    return _random(aig, raw)
+
+
+class _Aig:
+    __slots__ = ("i", "inits", "m", "nexts", "out", "r0", "r1")
+
+    def __init__(self, m, i, nexts, inits, out, r0, r1) -> None:
+        self.m, self.i, self.nexts, self.inits, self.out, self.r0, self.r1 = m, i, nexts, inits, out, r0, r1
+
+    def used_inputs(self) -> list[int]:
+        """The input variables (1..I) a gate, a latch or the output reads."""
+        seen = {x >> 1 for x in (*self.r0, *self.r1, *self.nexts, self.out)}
+        return [v for v in range(1, self.i + 1) if v in seen]
+
+    def evaluate(self, values: list[int], mask: int) -> None:
+        """Each gate's value from the inputs' and latches' in `values` (a bit per pattern or lane)."""
+        base = self.i + len(self.nexts) + 1
+        for a, (x, y) in enumerate(zip(self.r0, self.r1, strict=True)):
+            vx = values[x >> 1] ^ mask if x & 1 else values[x >> 1]
+            vy = values[y >> 1] ^ mask if y & 1 else values[y >> 1]
+            values[base + a] = vx & vy
+
+    @staticmethod
+    def lit(values: list[int], x: int, mask: int) -> int:
+        return values[x >> 1] ^ mask if x & 1 else values[x >> 1]
+
+
+def _latches(lines: list[bytes], m: int, i: int) -> tuple[list[int] | None, list[int | None]]:
+    nexts: list[int] = []
+    inits: list[int | None] = []
+    for k, line in enumerate(lines):
+        parts = line.split(b" ")
+        if not 1 <= len(parts) <= 2 or not all(p.isdigit() and len(p) <= _AIGER_FIELD for p in parts):
+            return None, []
+        nxt = int(parts[0])
+        init = int(parts[1]) if len(parts) == 2 else 0
+        own = 2 * (i + k + 1)
+        if nxt > 2 * m + 1 or init not in (0, 1, own):
+            return None, []
+        nexts.append(nxt)
+        inits.append(None if init == own else init)  # its own literal: left open (any value)
+    return nexts, inits
+
+
+def _gates(raw: bytes, pos: int, first: int, ands: int) -> tuple[list[int], list[int], int] | None:
+    """The gates' two inputs (AIGER's 7-bit little-endian deltas), checked to read only earlier literals."""
+    r0: list[int] = []
+    r1: list[int] = []
+    size = len(raw)
+
+    for a in range(ands):
+        lhs = 2 * (first + a + 1)
+        deltas = []
+        for _ in range(2):
+            value = shift = 0
+            while True:
+                if pos >= size or shift > 35:
+                    return None
+                byte = raw[pos]
+                pos += 1
+                value |= (byte & 0x7F) << shift
+                if not byte & 0x80:
+                    break
+                shift += 7
+            deltas.append(value)
+        x = lhs - deltas[0]
+        y = x - deltas[1]
+        if not 0 <= y <= x < lhs:
+            return None
+        r0.append(x)
+        r1.append(y)
+    return r0, r1, pos
+
+
+def _patterns(k: int, n: int, mask: int) -> int:
+    """The bit pattern of input number k over n = 2^K patterns: pattern p gives it bit k of p."""
+    if k < 3:
+        unit = bytes((0xAA, 0xCC, 0xF0)[k : k + 1])
+    else:
+        half = 1 << (k - 3)
+        unit = bytes(half) + b"\xff" * half
+    count = max(1, (n // 8) // len(unit))
+    return int.from_bytes(unit * count, "little") & mask
+
+
+def _exhaustive(aig: _Aig) -> tuple[str, str, tuple[dict[int, int], ...]]:
+    n = 1 << aig.i
+    mask = (1 << n) - 1
+    values = [0] * (aig.m + 1)
+    for k in range(aig.i):
+        values[k + 1] = _patterns(k, n, mask)
+    aig.evaluate(values, mask)
+    hit = aig.lit(values, aig.out, mask)
     if not hit:
-        return ("proved", "exhaustive", {})
+        return ("proved", "exhaustive", ())
     first = (hit & -hit).bit_length() - 1
-    return ("cex", "exhaustive", {k: (first >> k) & 1 for k in range(i)})
+    return ("cex", "exhaustive", ({k: (first >> k) & 1 for k in range(aig.i)},))
+
+
+def _explicit(aig: _Aig) -> tuple[str, str, tuple[dict[int, int], ...]] | None:
+    used = aig.used_inputs()
+    latches = len(aig.nexts)
+    if len(used) > EXPLICIT_INPUTS or latches > EXPLICIT_LATCHES:
+        return None
+    n = 1 << len(used)
+    mask = (1 << n) - 1
+    base = [0] * (aig.m + 1)
+    for k, var in enumerate(used):
+        base[var] = _patterns(k, n, mask)
+    start = "".join(str(v) for v in aig.inits)
+    parent: dict[str, tuple[str, int] | None] = {start: None}
+    queue = [start]
+    cost = len(aig.r0) + n + latches
+    for state in queue:  # grows while it is read: breadth first
+        if len(parent) * cost > EXPLICIT_WORK:
+            return None
+        values = list(base)
+        for k, bit in enumerate(state):
+            values[aig.i + 1 + k] = mask if bit == "1" else 0
+        aig.evaluate(values, mask)
+        hit = aig.lit(values, aig.out, mask)
+        if hit:
+            steps = [(hit & -hit).bit_length() - 1]
+            at = parent[state]
+            while at is not None:
+                steps.append(at[1])
+                at = parent[at[0]]
+            slot = {v: k for k, v in enumerate(used)}
+            frames = tuple(
+                {v - 1: (p >> slot[v]) & 1 if v in slot else 0 for v in range(1, aig.i + 1)}
+                for p in reversed(steps)
+            )
+            return ("cex", "explicit", frames)
+        columns = zip(*(format(aig.lit(values, x, mask), f"0{n}b")[::-1] for x in aig.nexts), strict=True)
+        for p, column in enumerate(columns):
+            nxt = "".join(column)
+            if nxt not in parent:
+                parent[nxt] = (state, p)
+                queue.append(nxt)
+    return ("proved", "explicit", ())
+
+
+def _random(aig: _Aig, raw: bytes) -> tuple[str, str, tuple[dict[int, int], ...]] | None:
+    import hashlib
+    import random
+
+    frames_max = RANDOM_FRAMES if aig.nexts else 4  # a combinational miter: each frame is just more patterns
+    frames_max = min(frames_max, RANDOM_WORK // max(1, len(aig.r0)))
+    if frames_max < 1:
+        return None
+    rng = random.Random(hashlib.sha256(raw).digest())
+    lanes = RANDOM_LANES
+    mask = (1 << lanes) - 1
+    quarter = lanes // 4
+    # lanes 0-15: p(1) = 1/2; 16-31: 1/8; 32-47: 7/8; 48-63: 1/2 held for 8 frames at a time
+    low, high, held = (
+        ((1 << quarter) - 1) << quarter,
+        ((1 << quarter) - 1) << (2 * quarter),
+        ((1 << quarter) - 1) << (3 * quarter),
+    )
+    even = (1 << quarter) - 1
+    used = aig.used_inputs()
+    state = [mask if v else 0 for v in aig.inits]
+    history: list[dict[int, int]] = []
+    last: dict[int, int] = {}
+    for frame in range(frames_max):
+        values = [0] * (aig.m + 1)
+        row: dict[int, int] = {}
+        for var in used:
+            a, b, c = rng.getrandbits(lanes), rng.getrandbits(lanes), rng.getrandbits(lanes)
+            slow = last.get(var, a) if frame % 8 else a
+            v = (a & even) | (a & b & c & low) | ((a | b | c) & high) | (slow & held)
+            row[var] = values[var] = v
+        last = row
+        history.append(row)
+        for k, st in enumerate(state):
+            values[aig.i + 1 + k] = st
+        aig.evaluate(values, mask)
+        hit = aig.lit(values, aig.out, mask)
+        if hit:
+            lane = (hit & -hit).bit_length() - 1
+            keep = history if aig.nexts else [row]
+            return (
+                "cex",
+                "random",
+                tuple({v - 1: (r.get(v, 0) >> lane) & 1 for v in range(1, aig.i + 1)} for r in keep),
+            )
+        state = [aig.lit(values, x, mask) for x in aig.nexts]
+    return None
 
 
 def _child(ys, job: dict, folder: str) -> None:
@@ -192,6 +383,34 @@ def _child(ys, job: dict, folder: str) -> None:
     os._exit(0)
 
 
+# Yosys's `techmap` reads its built-in library (+/techmap.v) from source on every call: ~15 ms, more than the rest of
+# a small proof. The server reads it once, as `techmap` does, into a saved design its forked children inherit; a job
+# that asks (`builtin_techmap`) has each bare `techmap` line of its script map with that design instead (the same
+# modules: the same AIGER file, byte for byte, `tests/test_warm_yosys.py`).
+SAVED_TECHMAP = "rtlreward_builtin_techmap"
+_TECHMAP_LINE = re.compile(r"^techmap[ \t]*$", re.M)
+
+
+def _preload_techmap(ys) -> str | None:
+    """Read the built-in techmap library into a saved design, Yosys's log kept off the protocol's stdout."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        design = ys.Design()
+        ys.run_pass("read_verilog -nooverwrite -noblackbox -icells +/techmap.v", design)
+        ys.run_pass(f"design -save {SAVED_TECHMAP}", design)
+        return SAVED_TECHMAP
+    except Exception:  # a Yosys without it: every job reads the library itself, as before
+        return None
+    finally:
+        ctypes.CDLL(None).fflush(None)  # Yosys's log, still buffered, goes to /dev/null, not into a child's log
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
+
+
 def serve(pyosys_dir: str, helpers: str) -> int:
     sys.path.insert(0, helpers)  # rtlreward/sandbox: the warm cells' job helpers (`cell_server`)
     import cell_server as jobs
@@ -212,6 +431,7 @@ def serve(pyosys_dir: str, helpers: str) -> int:
     root = os.path.realpath(os.getcwd())
     proto_in = sys.stdin.buffer
     proto_out = sys.stdout.buffer
+    techmap = _preload_techmap(ys)
     state = jobs.process_state()
     keep = jobs.mounts()  # the sandbox's own mount points under its scratch folders
     proto_out.write(json.dumps({"ready": True, "pid": os.getpid()}).encode() + b"\n")
@@ -224,6 +444,8 @@ def serve(pyosys_dir: str, helpers: str) -> int:
         for name, text in job["files"].items():
             if "/" in name or name.startswith("."):
                 raise SystemExit(f"bad file name {name!r}")
+            if techmap and job.get("builtin_techmap") and name == job["script"]:
+                text = _TECHMAP_LINE.sub(f"techmap -map %{techmap}", text)
             with open(os.path.join(folder, name), "w", encoding="utf-8", errors="surrogateescape") as fh:
                 fh.write(text)
         start = time.monotonic()
