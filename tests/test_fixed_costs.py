@@ -128,6 +128,10 @@ def test_equiv_proof_costs(counter, tmp_path, monkeypatch, warm):
     assert not any(a[:2] == ("sh", "-c") and a[2].startswith("b=$1") for a in ex.argvs), ex.commands
     own = [c for c in ex.commands if "ivlpp" not in c]  # the equivalence stage's (the gate's may be cached)
     assert not any("iverilog -g2012 -E" in c for c in ex.commands), ex.commands
+    # The reference's testbench was compiled for the first candidate: this one only runs it; the answer's compiles.
+    assert not any("sim_gold/tb.vvp" in c for c in ex.commands), ex.commands
+    assert sum("sim_gate/tb.vvp" in c for c in ex.commands) == 1, ex.commands
+    assert any(a[:3] == ("timeout", "-s", "KILL") and "+rtlreward_cycles=" in a[-1] for a in ex.argvs), ex.argvs
     # An answer with a macro: Icarus preprocesses it, and only it (the reference's view is remembered).
     ex.commands.clear()
     with Engine("equiv", executor=ex, cache=False, jobs=1, workspace_root=tmp_path / "ws") as eng:

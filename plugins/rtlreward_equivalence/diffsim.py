@@ -141,11 +141,19 @@ def stimulus_hex(plan: SimPlan, stim: Stimulus) -> str:
     return "\n".join(lines) + "\n"
 
 
-def testbench(plan: SimPlan, nonce: str, cycles: int, stim_file: str) -> tuple[str, str]:
-    """(module name, text) of the testbench: it instantiates `plan.top` with every port connected by name."""
+CYCLES_PLUSARG = "rtlreward_cycles"
+
+
+def testbench(
+    plan: SimPlan, nonce: str, cycles: int, stim_file: str, *, capacity: int | None = None
+) -> tuple[str, str]:
+    """(module name, text) of the testbench: it instantiates `plan.top` with every port connected by name. With a
+    `capacity`, it holds up to that many cycles and runs as many as `+rtlreward_cycles=N` says (else `cycles`),
+    so one compiled program serves every stimulus up to that length."""
     tb = f"rtlreward_eqtb_{nonce}"
     width = max(1, plan.input_width)
-    decl = [f"  reg [{width - 1}:0] rtlreward_stim [0:{cycles - 1}];", "  integer rtlreward_i;"]
+    rows = max(cycles, capacity or 0)
+    decl = [f"  reg [{width - 1}:0] rtlreward_stim [0:{rows - 1}];", "  integer rtlreward_i, rtlreward_n;"]
     conns = []
     for c in plan.clocks:
         decl.append(f"  reg clk_{c};")
@@ -158,10 +166,19 @@ def testbench(plan: SimPlan, nonce: str, cycles: int, stim_file: str) -> tuple[s
         conns.append(f".{p.name}(out_{p.name})")
     fmt = " ".join(["%0d"] + ["%b"] * len(plan.outputs))
     args = ", ".join(["rtlreward_i"] + [f"out_{p.name}" for p in plan.outputs])
+    count = (
+        [
+            f'    if (!$value$plusargs("{CYCLES_PLUSARG}=%d", rtlreward_n)) rtlreward_n = {cycles};',
+            f"    if (rtlreward_n > {rows}) rtlreward_n = {rows};",
+        ]
+        if capacity
+        else [f"    rtlreward_n = {cycles};"]
+    )
     body = [
+        *count,
         f'    $readmemh("{stim_file}", rtlreward_stim);',
         *[f"    clk_{c} = 1'b0;" for c in plan.clocks],
-        f"    for (rtlreward_i = 0; rtlreward_i < {cycles}; rtlreward_i = rtlreward_i + 1) begin",
+        "    for (rtlreward_i = 0; rtlreward_i < rtlreward_n; rtlreward_i = rtlreward_i + 1) begin",
         "      #1;",
     ]
     if plan.inputs:
