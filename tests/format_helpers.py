@@ -42,3 +42,13 @@ def run_stage(stage_name: str, tmp_path: Path, task: Task, **kw) -> StageResult:
 def all_output(result: StageResult) -> str:
     """Everything a stage shows a human or a model."""
     return "\n".join([result.feedback, *(str(d) for d in result.diagnostics), repr(result.metrics)])
+
+
+def gate_module(body: str, pre: str = "") -> str:
+    """A module for the safety gate's cases: `top` with a clock, a register, an integer and a memory to use."""
+    return (
+        pre
+        + "module top(input clk, output reg [7:0] q);\n  integer fd; reg [7:0] m [0:3];\n"
+        + body
+        + "endmodule\n"
+    )

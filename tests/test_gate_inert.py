@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
-from format_helpers import make_ctx
+from format_helpers import gate_module, make_ctx
 
 from rtlreward.model import Task
 from rtlreward.plugins import get_registry
@@ -18,13 +18,7 @@ from rtlreward_hdl import preprocess as pp
 TASK = Task(id="gate", expected_files=["rtl/top.sv"], toplevel="top")
 
 
-def module(body: str, pre: str = "") -> str:
-    return (
-        pre
-        + "module top(input clk, output reg [7:0] q);\n  integer fd; reg [7:0] m [0:3];\n"
-        + body
-        + "endmodule\n"
-    )
+module = gate_module
 
 
 class Counting(LocalExecutor):

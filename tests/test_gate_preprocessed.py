@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from format_helpers import PASSWD_LINES, all_output, make_ctx
+from format_helpers import PASSWD_LINES, all_output, gate_module, make_ctx
 from verilog_eval_helpers import RTLLM_DATA, VE_DATA
 
 from rtlreward.model import Harness, Status, Task
@@ -47,13 +47,7 @@ def marked_line(text: str) -> int:
     return n
 
 
-def module(body: str, pre: str = "") -> str:
-    return (
-        pre
-        + "module top(input clk, output reg [7:0] q);\n  integer fd; reg [7:0] m [0:3];\n"
-        + body
-        + "endmodule\n"
-    )
+module = gate_module
 
 
 # -- the hostile corpus ------------------------------------------------------------------------------------------
