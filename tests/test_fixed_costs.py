@@ -26,12 +26,16 @@ class Counting(LocalExecutor):
         self.lock = threading.Lock()
         self.commands: list[str] = []
         self.argvs: list[tuple[str, ...]] = []
+        self.outputs: list[str] = []
 
     def run(self, argv, **kw):
         with self.lock:
             self.commands.append(" ".join(str(a) for a in argv)[:400])
             self.argvs.append(tuple(str(a) for a in argv))
-        return super().run(argv, **kw)
+        res = super().run(argv, **kw)
+        with self.lock:
+            self.outputs.append(res.stdout)
+        return res
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +127,10 @@ def test_equiv_proof_costs(counter, tmp_path, monkeypatch, warm):
         reward = eng.score(counter, _variant(counter, 1))
     eq = reward.stages["equivalence"]
     assert reward.passed and eq.metrics["equivalence"] == "proved" and eq.metrics["formal"] == "proved", eq
+    assert eq.metrics["formal_engine"] == "explicit", eq.metrics  # a counter: every reachable state visited
     chained = [a for a in ex.argvs if any(x.startswith("rtlreward-abc-") for x in a)]
+    # ABC never started: a miter decided from its file ends the runner's chain before the nonce line
+    assert not any(x.startswith("rtlreward-abc-") for out in ex.outputs for x in out.splitlines()), ex.outputs
     # no command of ABC's own (the fallback runs it through `sh -c b=$1 ...` or the Python runner)
     assert not any(a[:2] == ("sh", "-c") and a[2].startswith("b=$1") for a in ex.argvs), ex.commands
     own = [c for c in ex.commands if "ivlpp" not in c]  # the equivalence stage's (the gate's may be cached)

@@ -310,12 +310,15 @@ class EquivalenceStage(Stage):
         every = sorted((n, (work / n).read_text(errors="replace")) for n in gold.names)  # headers too
         gold_key = hashlib.sha256(
             json.dumps(
-                [type(ctx.executor).__name__, str(getattr(ctx.executor, "image", "")), gold.incdirs,
-                 gold.script_units, every],
+                [
+                    type(ctx.executor).__name__,
+                    str(getattr(ctx.executor, "image", "")),
+                    gold.incdirs,
+                    gold.script_units,
+                    every,
+                ],
                 ensure_ascii=False,
-            ).encode(
-                "utf-8", "surrogatepass"
-            )
+            ).encode("utf-8", "surrogatepass")
         ).hexdigest()
         preprocessed: dict[str, str | None] = {}
         with _GOLD_VIEWS_LOCK:
@@ -410,7 +413,15 @@ class EquivalenceStage(Stage):
         probe = getattr(ctx.executor, "is_cancelled", None)
         cancelled = (lambda: bool(probe(ctx.workspace))) if callable(probe) else None
         got = pool.prove(
-            files, name, limit, abc, abc_limit, wanted, cancelled, abc_unless_decided=formal.AIG, builtin_techmap=True
+            files,
+            name,
+            limit,
+            abc,
+            abc_limit,
+            wanted,
+            cancelled,
+            abc_unless_decided=formal.AIG,
+            builtin_techmap=True,
         )
         if got is None:
             return None
@@ -454,6 +465,11 @@ class EquivalenceStage(Stage):
             cwd=work,
             timeout=limit + abc_limit,
             memory_mb=int(opts["yosys_memory_mb"]),
+            # ABC is not started for a miter decided from its file, where this folder is visible to the command
+            env={
+                "RTLREWARD_DECIDE_WITH": str(Path(yosys_server.__file__).parent),
+                "RTLREWARD_DECIDE_FILE": formal.AIG,
+            },
         )
         head, sep, tail = res.stdout.partition(nonce + "\n")
         if not sep:  # Yosys failed or was cut, or ABC is not where the command ran: Yosys's result alone
@@ -656,7 +672,9 @@ class EquivalenceStage(Stage):
     ) -> _Sim:
         sim_dir = work / f"sim_{side}"
         sim_dir.mkdir(parents=True, exist_ok=True)
-        (sim_dir / "stim.hex").write_text(stim_hex if stim_hex is not None else diffsim.stimulus_hex(plan, stim))
+        (sim_dir / "stim.hex").write_text(
+            stim_hex if stim_hex is not None else diffsim.stimulus_hex(plan, stim)
+        )
         rel = f"sim_{side}"
         run_argv = ["vvp", "-n", "tb.vvp"]
         key = None

@@ -58,6 +58,12 @@ YOSYS_RUNNER = (
     "    os.dup2(out, 1)\n"
     "    if not os.path.isfile(chain[2]):\n"
     "        sys.exit(0)\n"
+    "    d = os.environ.get('RTLREWARD_DECIDE_WITH', '')\n"
+    "    if d and os.path.isfile(os.path.join(d, 'yosys_server.py')):\n"
+    "        sys.path.insert(0, d)\n"
+    "        import yosys_server\n"
+    "        if yosys_server.aiger_decide(os.environ.get('RTLREWARD_DECIDE_FILE', '')) is not None:\n"
+    "            sys.exit(0)\n"
     "    os.write(1, (chain[1] + '\\n').encode())\n"
     "    os.execv(chain[2], chain[2:])\n"
 )
@@ -65,7 +71,9 @@ YOSYS_RUNNER = (
 # is cut by SIGALRM after `seconds` (the command's own limit then covers what follows), and when the script
 # succeeds and `program` exists where the command runs, the runner prints the nonce on its standard output and
 # becomes `program` (the proof's ABC): one sandboxed command instead of two. Without that line the caller runs the
-# program itself.
+# program itself. With RTLREWARD_DECIDE_WITH naming a folder holding `yosys_server.py` (visible where the command
+# runs), the AIGER file RTLREWARD_DECIDE_FILE names is first read by its `aiger_decide`: a miter decided without ABC
+# ends the chain there (the caller decides it from the file again).
 
 
 def check_ident(name: str) -> str:
