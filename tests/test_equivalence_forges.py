@@ -470,3 +470,34 @@ def test_a_way_around_the_simulation_mismatch_rule_gets_no_proof(stage, tmp_path
     r = run_stage(stage, LocalExecutor(), tmp_path, task, text)
     assert r.status is not Status.PASSED and r.metrics["equivalence"] != "proved", (path.stem, r.metrics, shown(r))
     assert r.score <= DEFAULTS["undecided"], (path.stem, r.score, r.metrics)
+
+
+# -- the fifth pass: an answer that prints the testbench's trace lines itself -------------------------------------
+HADD_REF = "module top(input a, input b, output sum, output cout);\n  assign {cout, sum} = a + b;\nendmodule\n"
+TRACE_FORGE = """module top(input a, input b, output sum, output cout);
+  assign sum = 1'b0;
+  assign cout = 1'b0;
+  reg [8*35-1:0] s;
+  integer i;
+  initial begin
+    $sformat(s, "%m");  // the testbench's path: its module name
+    i = 0;
+    #3.5;
+    forever begin  // a line per cycle, just before the testbench's, with what the reference would show
+      $display("@%s %0d %b %b", s[32 +: 128], i, a ^ b, a & b);
+      i = i + 1;
+      #10;
+    end
+  end
+endmodule
+"""
+
+
+def test_an_answer_cannot_print_the_testbenchs_trace_lines(stage, tmp_path):
+    """The trace lines carry a nonce the design cannot read: the testbench's module name (which `%m` shows) is
+    random apart from it. A constant-0 half adder printing the reference's values under the module name's suffix
+    is refuted as the constant it is (a red-team answer earned 0.325 of `equiv` when the name was the nonce)."""
+    task = Task(id="h", prompt="", reference={"rtl/top.v": HADD_REF}, expected_files=("rtl/top.v",), toplevel="top")
+    r = run_stage(stage, LocalExecutor(), tmp_path, task, TRACE_FORGE)
+    assert r.metrics["equivalence"] == "refuted" and r.metrics["output_bits_mismatched"] == 2, (r.metrics, shown(r))
+    assert r.score == 0.0

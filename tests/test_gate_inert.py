@@ -62,10 +62,9 @@ def gate(tmp_path: Path, ex, text: str, monkeypatch=None, tools: bool = False):
         ("module a;\r\nendmodule\r\n", False),
         ("module a; endmodule\x00", False),
         ("module a; // é\nendmodule\n", False),
-        (
-            '\\q" $getenv("H")$"x\n',
-            False,
-        ),  # the quote belongs to an escaped identifier: the last string is open
+        # the quote belongs to an escaped identifier: the last string is open
+        ('\\q" $getenv("H")$"x\n', False),
+        ('module a; initial $display("""a"b"""); endmodule\n', False),  # a triple-quoted string (Verilator)
     ],
 )
 def test_inert_text(text, plain):
@@ -148,6 +147,8 @@ EDGES = [
     module('  initial begin $write\x00memh("x", m); end\n'),
     module('  initial begin \\a//b $system("x"); end\n'),
     module('  initial begin \\a/* $system("x"); */ end\n'),
+    module('  initial begin fd = "id"; $display("""a"b"""); $system(fd); // "\n  end\n'),
+    module('  initial begin fd = "id"; $display("""a"b"""); $system(fd); $display("""c"d"""); end\n'),
 ]
 
 

@@ -215,6 +215,8 @@ XOR = [(2, 5), (3, 4)]  # x0 & ~x1, ~x0 & x1; x0 ^ x1 = ~(~g1 & ~g2)
         # read by nothing, 0)
         (aig(17, [], 2), ("cex", "random", ({0: 1, **{k: 0 for k in range(1, 17)}},))),
         (aig(17, [(2, 3)], 36), None),  # x0 & ~x0 over 17 inputs: not refuted at random, so ABC's
+        # more gates than are decoded in Python (~1-2 us each): ABC's, however few the inputs
+        (aig(2, [(2, 4)] + [(2 * (3 + k), 2) for k in range((1 << 14) + 1)], 2 * (2 + (1 << 14) + 2)), None),
         # a latch that takes input 2 (the output): the shortest sequence sets input 2, then the output is set
         (aig(3, [(2, 4)], 8, latches=["6"]), ("cex", "explicit", ({0: 0, 1: 0, 2: 1}, {0: 0, 1: 0, 2: 0}))),
         (aig(1, [], 4, latches=["2 1"]), ("cex", "explicit", ({0: 0},))),  # starts at 1 (an init field)

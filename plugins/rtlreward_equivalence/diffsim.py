@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import random
 import re
+import secrets
 from collections.abc import Mapping, Sequence
 
 import attrs
@@ -150,7 +151,9 @@ def testbench(
     """(module name, text) of the testbench: it instantiates `plan.top` with every port connected by name. With a
     `capacity`, it holds up to that many cycles and runs as many as `+rtlreward_cycles=N` says (else `cycles`),
     so one compiled program serves every stimulus up to that length."""
-    tb = f"rtlreward_eqtb_{nonce}"
+    # The module's name is random but not the nonce: the design can read its own path (`%m`), never the nonce its
+    # trace lines must carry (a red-team answer printed forged lines under a nonce it read from `%m`).
+    tb = f"rtlreward_eqtb_{secrets.token_hex(8)}"
     width = max(1, plan.input_width)
     rows = max(cycles, capacity or 0)
     decl = [f"  reg [{width - 1}:0] rtlreward_stim [0:{rows - 1}];", "  integer rtlreward_i, rtlreward_n;"]

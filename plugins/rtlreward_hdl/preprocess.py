@@ -490,6 +490,10 @@ def source_uses(files: Mapping[str, str]) -> list[SystemUse]:
         for m in _ESCAPED_RE.finditer(no_strings):
             if "`" in m.group(0):
                 add("escaped", m.group(0)[:40], m.start())
+        for m in re.finditer(r'"""', text):
+            # A triple-quoted string (SystemVerilog 2023): Verilator reads `"""a"b"""` as one literal, every other
+            # lexer here as three, so each reads a different part of the line as code. Refused wherever it is.
+            out.append(SystemUse("string3", '"""', rel, _line_of(text, m.start()), SOURCE))
     return out
 
 
@@ -722,10 +726,11 @@ _ODD_CHAR_RE = re.compile(r"[^\t\n\x20-\x7e]")
 def inert(texts: Iterable[str]) -> bool:
     """True when each text is one a preprocessor passes on unchanged and every lexer here reads alike: no
     backtick but an inert directive's (`` `timescale``, `` `default_nettype``, ...), so no macro, `ifdef or
-    `include; printable ASCII; comments and strings that close (a string on its line). Anything else is read
-    by the tools' own preprocessors."""
+    `include; printable ASCII; comments and strings that close (a string on its line), no triple quote
+    (Verilator's string delimiter). Anything else is read by the tools' own preprocessors."""
     return all(
         t.count("`") == len(_INERT_DIRECTIVE_RE.findall(t))
+        and '"""' not in t
         and _ODD_CHAR_RE.search(t) is None
         and _PLAIN_RE.fullmatch(t) is not None
         for t in texts

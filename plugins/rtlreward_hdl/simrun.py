@@ -158,7 +158,12 @@ def control_tasks(files: Mapping[str, str], ctx: StageContext | None = None) -> 
             diags.append(Diagnostic(msg, file=use.file, line=use.line, code="unsafe-include"))
     strict = bool(result.failed)
     for use in result.source:
-        if use.kind == "macro" or (strict and use.kind in ("paste", "strmacro")):
+        if use.kind == "string3":
+            msg = f"{use.name} (a triple-quoted string) is not allowed in the design: the tools read it differently"
+            if (use.file, use.line) not in seen:
+                seen.add((use.file, use.line))
+                diags.append(Diagnostic(msg, file=use.file, line=use.line, code="macro-built"))
+        elif use.kind == "macro" or (strict and use.kind in ("paste", "strmacro")):
             msg = (
                 f"{use.name} is not allowed in the design: it lets the preprocessor build a system task name "
                 "(write the name out)"

@@ -242,6 +242,12 @@ def _judge_answer(use: SystemUse, provided: list[str], answer_text: str) -> Find
             "write the name out"
         )
         return Finding("unsafe-macro", use.name, **where, why=why)
+    if use.kind == "string3":
+        why = (
+            "is a triple-quoted string, which Verilator and Icarus read differently (each sees other code "
+            "outside it); use plain strings"
+        )
+        return Finding("unsafe-string", use.name, **where, why=why)
     return None
 
 
