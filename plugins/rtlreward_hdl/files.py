@@ -5,6 +5,7 @@ diagnostics (a tool that reads `/etc/passwd` as Verilog quotes its lines in the 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -20,7 +21,22 @@ HDL_EXTS = SOURCE_EXTS + HEADER_EXTS
 
 def strip_comments(text: str, *, keep_strings: bool = True) -> str:
     """Blank out comments (and string literals unless `keep_strings`) keeping every newline, so line numbers of
-    what remains are the original ones. A small lexer, not a regex, so `//` inside a string stays a string."""
+    what remains are the original ones. A small lexer, not a regex, so `//` inside a string stays a string.
+    Remembered for recent texts of ordinary size (the stages of one candidate ask for the same text ~10 times)."""
+    if len(text) <= _STRIP_MEMO_TEXT:
+        return _strip_comments_memo(text, keep_strings)
+    return _strip_comments(text, keep_strings)
+
+
+_STRIP_MEMO_TEXT = 64 * 1024
+
+
+@functools.lru_cache(maxsize=256)
+def _strip_comments_memo(text: str, keep_strings: bool) -> str:
+    return _strip_comments(text, keep_strings)
+
+
+def _strip_comments(text: str, keep_strings: bool) -> str:
     out: list[str] = []
     i, n = 0, len(text)
     while i < n:

@@ -747,7 +747,15 @@ def _inert_views(
     compares the findings with the tools' own on texts built to part them); `source_uses` reads the text as
     written besides, as for every answer."""
     text = "".join(f'`line 1 "{u}" 0\n{files[u]}\n' for u in units)
-    return tuple(View(tool, True, tuple(tokenize_output(text, tool, files, available))) for tool in tools)
+    return tuple(View(tool, True, _inert_uses(text, tool, tuple(files.items()), tuple(available))) for tool in tools)
+
+
+@functools.lru_cache(maxsize=128)
+def _inert_uses(
+    text: str, tool: str, files: tuple[tuple[str, str], ...], available: tuple[str, ...]
+) -> tuple[SystemUse, ...]:
+    """`tokenize_output` of an inert text, remembered (the gate and the tests stage read the same answer)."""
+    return tuple(tokenize_output(text, tool, dict(files), available))
 
 
 def _run(
