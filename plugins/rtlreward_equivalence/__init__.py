@@ -183,13 +183,26 @@ _GOLD_VVP_MAX = 8 << 20
 _GOLD_NONCE = secrets.token_hex(8)
 
 
-def _read_bytes(path: Path, limit: int) -> bytes | None:
-    try:
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > limit:
-            return None
-        return path.read_bytes()
-    except OSError:
-        return None
+def _reference_key(ctx: StageContext, work: Path, side: _Side, *what: Any) -> str:
+    """What an artifact of the reference kept across candidates (`_GOLD_VIEWS`, `_GOLD_VVPS`) depends on: the
+    executor and its image, Icarus's version, the side's units, include folders and every file's text (headers
+    too), and `what` the artifact is."""
+    every = sorted((n, (work / n).read_text(errors="replace")) for n in side.names)
+    return hashlib.sha256(
+        json.dumps(
+            [
+                type(ctx.executor).__name__,
+                str(getattr(ctx.executor, "image", "")),
+                _version(("iverilog", "-V")),
+                side.units,
+                side.script_units,
+                side.incdirs,
+                every,
+                *what,
+            ],
+            ensure_ascii=False,
+        ).encode("utf-8", "surrogatepass")
+    ).hexdigest()
 
 
 # The reference's view (`EquivalenceStage._views`), per its texts and include folders: Icarus preprocesses it once
@@ -208,6 +221,16 @@ def _self_proof_dir() -> Path:
     from rtlreward.cache import default_cache_dir
 
     return default_cache_dir() / "equivalence-self-proof"
+
+
+def _read_bytes(path: Path, limit: int) -> bytes | None:
+    """A file of the stage's folder up to `limit` bytes; None when it is missing, larger, or a symlink."""
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > limit:
+            return None
+        return path.read_bytes()
+    except OSError:
+        return None
 
 
 def _read_small(path: Path, limit: int = 4096) -> str | None:
@@ -307,19 +330,7 @@ class EquivalenceStage(Stage):
             side: [(u, (work / u).read_text(errors="replace")) for u in files.script_units]
             for side, files in (("gold", gold), ("gate", gate))
         }
-        every = sorted((n, (work / n).read_text(errors="replace")) for n in gold.names)  # headers too
-        gold_key = hashlib.sha256(
-            json.dumps(
-                [
-                    type(ctx.executor).__name__,
-                    str(getattr(ctx.executor, "image", "")),
-                    gold.incdirs,
-                    gold.script_units,
-                    every,
-                ],
-                ensure_ascii=False,
-            ).encode("utf-8", "surrogatepass")
-        ).hexdigest()
+        gold_key = _reference_key(ctx, work, gold, "view")
         preprocessed: dict[str, str | None] = {}
         with _GOLD_VIEWS_LOCK:
             if gold_key in _GOLD_VIEWS:
@@ -668,13 +679,11 @@ class EquivalenceStage(Stage):
         plan: diffsim.SimPlan,
         stim: diffsim.Stimulus,
         timeout: float,
-        stim_hex: str | None = None,
+        stim_hex: str,
     ) -> _Sim:
         sim_dir = work / f"sim_{side}"
         sim_dir.mkdir(parents=True, exist_ok=True)
-        (sim_dir / "stim.hex").write_text(
-            stim_hex if stim_hex is not None else diffsim.stimulus_hex(plan, stim)
-        )
+        (sim_dir / "stim.hex").write_text(stim_hex)
         rel = f"sim_{side}"
         run_argv = ["vvp", "-n", "tb.vvp"]
         key = None
@@ -684,7 +693,7 @@ class EquivalenceStage(Stage):
             # nonce of its trace lines is this process's own.
             nonce, capacity = _GOLD_NONCE, 1 << max(8, (len(stim) - 1).bit_length())
             run_argv.append(f"+{diffsim.CYCLES_PLUSARG}={len(stim)}")
-            key = self._gold_key(ctx, work, files, plan, capacity)
+            key = _reference_key(ctx, work, files, "testbench", repr(plan), capacity)
             with _GOLD_VVPS_LOCK:
                 program = _GOLD_VVPS.get(key)
             if program is not None:
@@ -741,26 +750,6 @@ class EquivalenceStage(Stage):
             return _Sim(None, "missing")
         trace = diffsim.parse_trace(run.stdout, nonce, plan, len(stim))
         return _Sim(trace, "", run.duration, run.timed_out)
-
-    @staticmethod
-    def _gold_key(ctx: StageContext, work: Path, files: _Side, plan: diffsim.SimPlan, capacity: int) -> str:
-        """What the reference's compiled testbench depends on: its files, the plan, the capacity, the toolchain."""
-        every = sorted((n, (work / n).read_text(errors="replace")) for n in files.names)
-        return hashlib.sha256(
-            json.dumps(
-                [
-                    type(ctx.executor).__name__,
-                    str(getattr(ctx.executor, "image", "")),
-                    _version(("iverilog", "-V")),
-                    repr(plan),
-                    capacity,
-                    files.units,
-                    files.incdirs,
-                    every,
-                ],
-                ensure_ascii=False,
-            ).encode("utf-8", "surrogatepass")
-        ).hexdigest()
 
     # -- the stage -----------------------------------------------------------------------------------------
     def run(self, ctx: StageContext) -> StageResult:

@@ -118,9 +118,7 @@ def aiger_decide(path: str) -> tuple[str, str, tuple[dict[int, int], ...]] | Non
         return None
     out = int(line)
     pos = nl + 1
-    if (
-        len(raw) - pos < 2 * ands
-    ):  # every gate takes two bytes at least: a header that promises more is not read
+    if len(raw) - pos < 2 * ands:  # every gate takes two bytes at least: a header promising more is not read
         return None
     if out == 0:
         return ("proved", "structural", ())
@@ -143,9 +141,9 @@ def aiger_decide(path: str) -> tuple[str, str, tuple[dict[int, int], ...]] | Non
     aig = _Aig(m, i, nexts, inits, out, r0, r1)
     if not latches and i <= EXHAUSTIVE_INPUTS and (ands + 1) << i <= EXHAUSTIVE_WORK:
         return _exhaustive(aig)
-    if latches and any(v is None for v in inits):
-        return None  # an initial value left open: any of them would have to be tried
     if latches:
+        if any(v is None for v in inits):
+            return None  # an initial value left open: any of them would have to be tried
         got = _explicit(aig)
         if got is not None:
             return got

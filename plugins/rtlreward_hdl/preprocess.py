@@ -23,7 +23,7 @@ where there is no executor, and in place of a tool that is not installed where t
 cannot run the design either; Verilator is not in the default sim image).
 
 An answer no preprocessor would change (`inert`: no backtick but `` `timescale``-like directives, printable
-ASCII, comments and strings that close, a string on its line) is not handed to the tools: each view is the
+ASCII, comments and strings that close, a string on its line, no triple quote) is not handed to the tools: each view is the
 same tokenizer over the text itself, in this process (a command less per candidate, ~8 ms on a small module).
 
 The preprocessed views see only the branches the tools' own defines select (`__ICARUS__`, `VERILATOR`). A
