@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from rtlreward import hookimpl
 from rtlreward.model import Diagnostic, StageResult, Status
-from rtlreward.stage import Stage, StageContext
+from rtlreward.stage import Stage, StageContext, write_files
 from rtlreward_hdl.files import (
     compile_sources,
     include_dirs,
@@ -19,7 +19,8 @@ from rtlreward_hdl.files import (
     toplevel,
     unsafe_includes,
 )
-from rtlreward_hdl.icarus import iverilog_version, parse_iverilog
+from rtlreward_hdl.icarus import direct_elaboration, iverilog_version, parse_iverilog
+from rtlreward_hdl.preprocess import inert
 
 __all__ = ["CompileStage"]
 
@@ -57,7 +58,7 @@ class CompileStage(Stage):
         argv += [f"-I{d}" for d in include_dirs(sources)]
         argv += [str(x) for x in ctx.options.get("flags", ())]
         argv += sources
-        res = ctx.run(argv, cwd=root)
+        res = ctx.run(self._direct(ctx, root, files, sources, top) or argv, cwd=root)
         if res.timed_out:
             d = Diagnostic(f"iverilog did not finish within {ctx.timeout:g} s", code="timeout")
             return self.result(Status.TIMEOUT, 0.0, diagnostics=[d], feedback=d.message)
@@ -96,6 +97,25 @@ class CompileStage(Stage):
             diags = [limit, *diags]
             metrics["resource_limit"] = limit.fields["limit"]
         return self.result(Status.FAILED, 0.0, metrics=metrics, diagnostics=diags, feedback=summarise(errors))
+
+    @staticmethod
+    def _direct(
+        ctx: StageContext, root, files: dict[str, str], sources: list[str], top: str | None
+    ) -> list[str] | None:
+        """`ivl` itself in place of the `iverilog` launcher (`rtlreward_hdl.icarus.direct_elaboration`), where the
+        tools run on this machine's Icarus, no flag was added and no source is one a preprocessor would change:
+        the same elaboration, the same messages, ~3 ms less."""
+        if getattr(ctx.executor, "name", "") != "local" or ctx.options.get("flags"):
+            return None
+        if not inert(files.get(s, "") for s in sources):
+            return None
+        which = getattr(ctx.executor, "which", None)
+        got = direct_elaboration(sources, files, top, which("iverilog") if callable(which) else None)
+        if got is None:
+            return None
+        argv, extra = got
+        write_files(root, extra)
+        return argv
 
 
 def _limit(ctx: StageContext, res) -> Diagnostic | None:

@@ -275,6 +275,11 @@ class LocalExecutor:
             "user": "sandbox-uid" if self._drop else ("root" if self.is_root else "caller"),
         }
 
+    def which(self, tool: str) -> str | None:
+        """Where `tool` is found on the PATH this executor's commands get (None: a command naming it would exit
+        127)."""
+        return shutil.which(tool, path=":".join([*self.extra_path, os.path.dirname(self.python), BASE_PATH]))
+
     def _env(
         self, workspace: Path, env: Mapping[str, str] | None, path_prepend: Sequence[str] = ()
     ) -> dict[str, str]:

@@ -1,0 +1,155 @@
+"""The compile stage runs Icarus's compiler (`ivl`) itself for an answer no preprocessor would change, without the
+`iverilog` launcher, its shell and its preprocessor (`rtlreward_hdl.icarus.direct_elaboration`): the launcher's
+own configuration, the preprocessor's own output, and the same verdicts and messages as the launcher on the
+references, mutants, stubs and broken answers of VerilogEval and on the safety gate's edge cases."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from format_helpers import make_ctx
+from test_gate_inert import EDGES, _fuzz
+
+import rtlreward_compile
+from rtlreward.model import Task
+from rtlreward.plugins import get_registry
+from rtlreward.sandbox.local import LocalExecutor
+from rtlreward_hdl import icarus
+from rtlreward_hdl.preprocess import inert
+
+LAUNCHER = shutil.which("iverilog")
+BASE = icarus._ivl_base(LAUNCHER)
+pytestmark = pytest.mark.skipif(
+    BASE is None, reason="not the Icarus (11.0) whose configuration is known here"
+)
+
+
+def _launcher_config(tmp_path: Path, args: list[str], files: dict[str, str]) -> tuple[str, str]:
+    """(the configuration `iverilog <args>` hands to `ivl`, what its preprocessor hands to `ivl`), read by
+    pointing the launcher (-B) at a copy of Icarus's folder whose `ivl` records its arguments and input."""
+    fake = tmp_path / "base"
+    fake.mkdir()
+    for name in os.listdir(BASE):
+        if name != "ivl":
+            (fake / name).symlink_to(os.path.join(BASE, name))
+    record = tmp_path / "record"
+    script = fake / "ivl"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'for a in "$@"; do case "$a" in -C*base/*) ;; -C*) cat "${{a#-C}}" > {record}.conf;; esac; done\n'
+        f"cat > {record}.in\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    work = tmp_path / "work"
+    work.mkdir()
+    for name, text in files.items():
+        (work / name).write_text(text)
+    subprocess.run(["iverilog", "-B", str(fake), *args], cwd=work, check=True, capture_output=True)
+    conf = Path(f"{record}.conf").read_text().replace(str(fake), BASE)
+    return conf, Path(f"{record}.in").read_text()
+
+
+@pytest.mark.parametrize("top", [None, "TopModule"])
+def test_the_configuration_and_input_are_the_launchers(tmp_path, top):
+    files = {
+        "a.sv": '`timescale 1ns/1ps\nmodule TopModule(input a, output y);\n  assign y = ~a; // "x\n endmodule\n',
+        "b.v": "module b; /* two\nlines */ endmodule",  # no newline at the end
+        "c.v": "",
+        "d.v": "\n\nmodule d; endmodule\n\n",
+    }
+    sources = list(files)
+    args = ["-g2012", "-t", "null", *(["-s", top] if top else []), *sources]
+    conf, text = _launcher_config(tmp_path, args, files)
+    argv, written = icarus.direct_elaboration(sources, files, top, LAUNCHER)
+    # The launcher's last line names its preprocessor and temporary files, which `ivl` reads only for library
+    # folders (-y), which this command never has.
+    assert [ln for ln in conf.splitlines() if not ln.startswith("ivlpp:")] == written[
+        icarus.CONFIG_FILE
+    ].splitlines()
+    assert written[icarus.INPUT_FILE] == text
+    assert argv[0] == os.path.join(BASE, "ivl") and argv[-1] == icarus.INPUT_FILE
+
+
+def test_refused_where_the_launcher_must_run():
+    texts = {"a.v": "module a; endmodule\n", 'q"x.v': "", "_rtlreward_ivl.v": ""}
+    assert icarus.direct_elaboration(["a.v"], texts, "a", LAUNCHER) is not None
+    assert icarus.direct_elaboration(["a.v"], texts, "a b", LAUNCHER) is None  # not a module name
+    assert (
+        icarus.direct_elaboration(['q"x.v'], texts, None, LAUNCHER) is None
+    )  # a name the `line directive cannot hold
+    assert (
+        icarus.direct_elaboration(["_rtlreward_ivl.v"], texts, None, LAUNCHER) is None
+    )  # our own file's name
+    assert icarus.direct_elaboration(["missing.v"], texts, None, LAUNCHER) is None
+    assert icarus.direct_elaboration(["a.v"], texts, "a", None) is None  # no launcher where commands run
+
+
+TASK = Task(id="direct", expected_files=["TopModule.sv"], toplevel="TopModule")
+
+
+class Recording(LocalExecutor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.argvs: list[list[str]] = []
+
+    def run(self, argv, **kw):
+        self.argvs.append(list(argv))
+        return super().run(argv, **kw)
+
+
+def _compile(tmp_path: Path, ex, text: str, launcher: bool, monkeypatch):
+    ctx = make_ctx(tmp_path, TASK, files={"TopModule.sv": text})
+    ctx.executor = ex
+    if launcher:
+        monkeypatch.setattr(rtlreward_compile, "direct_elaboration", lambda *a: None)
+    r = get_registry().stages()["compile"].run(ctx)
+    monkeypatch.undo()
+    diags = sorted(repr((d.code, d.file, d.line, d.severity, d.message)) for d in r.diagnostics)
+    return r.status.value, r.score, diags
+
+
+def _answers() -> list[str]:
+    from rtlreward.integration import load_tasks
+    from rtlreward_hdl.mutate import mutants
+    from rtlreward_hdl.stubs import stub_designs
+
+    out = []
+    for task in load_tasks("verilog-eval", skip_known_issues=True, limit=40)[::2]:
+        ref = next(iter(task.reference.values()))
+        out.append(ref)
+        out += [next(iter(m.files.values())) for m in mutants(dict(task.reference), limit=2)]
+        out.append(next(iter(stub_designs(task)["zeros"].values())))
+        out.append(ref[: len(ref) // 2])  # cut mid-module
+        out.append(ref.replace("TopModule", "Other"))  # no such top
+    out += [t.replace("module a", "module TopModule") for t in EDGES + _fuzz(20, 7)]
+    out += ["", "module TopModule(input a, output y);\n  assign y = tb.x;\nendmodule\n"]
+    return out
+
+
+def test_same_verdicts_and_messages_as_the_launcher(tmp_path, monkeypatch):
+    ex = Recording()
+    answers = [a for a in _answers() if inert([a])]
+    assert len(answers) > 80
+    differ, direct_runs = [], 0
+    for i, text in enumerate(answers):
+        ex.argvs.clear()
+        fast = _compile(tmp_path / f"f{i}", ex, text, False, monkeypatch)
+        direct_runs += any(a[0].endswith("/ivl") for a in ex.argvs)
+        slow = _compile(tmp_path / f"s{i}", ex, text, True, monkeypatch)
+        if fast != slow:
+            differ.append((text[:200], fast, slow))
+    assert not differ, differ[:3]
+    assert direct_runs == len(answers)
+    assert any(v[0] == "failed" for v in [_compile(tmp_path / "x", ex, answers[-1], False, monkeypatch)])
+
+
+def test_a_macro_goes_through_the_launcher(tmp_path, monkeypatch):
+    ex = Recording()
+    text = "`define W 4\nmodule TopModule(input [`W-1:0] a, output y);\n  assign y = ^a;\nendmodule\n"
+    assert _compile(tmp_path, ex, text, False, monkeypatch)[0] == "passed"
+    assert [a[0] for a in ex.argvs] == ["iverilog"]
