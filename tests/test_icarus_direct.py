@@ -54,8 +54,8 @@ def _launcher_config(tmp_path: Path, args: list[str], files: dict[str, str]) -> 
     return conf, Path(f"{record}.in").read_text()
 
 
-@pytest.mark.parametrize("top", [None, "TopModule"])
-def test_the_configuration_and_input_are_the_launchers(tmp_path, top):
+@pytest.mark.parametrize(("top", "target"), [(None, "null"), ("TopModule", "null"), ("TopModule", "vvp")])
+def test_the_configuration_and_input_are_the_launchers(tmp_path, top, target):
     files = {
         "a.sv": '`timescale 1ns/1ps\nmodule TopModule(input a, output y);\n  assign y = ~a; // "x\n endmodule\n',
         "b.v": "module b; /* two\nlines */ endmodule",  # no newline at the end
@@ -63,9 +63,12 @@ def test_the_configuration_and_input_are_the_launchers(tmp_path, top):
         "d.v": "\n\nmodule d; endmodule\n\n",
     }
     sources = list(files)
-    args = ["-g2012", "-t", "null", *(["-s", top] if top else []), *sources]
+    out = {"null": [], "vvp": ["-o", "sim/tb.vvp"]}[target]
+    args = ["-g2012", "-t", target, *(["-s", top] if top else []), *out, *sources]
     conf, text = _launcher_config(tmp_path, args, files)
-    argv, written = icarus.direct_elaboration(sources, files, top, LAUNCHER)
+    argv, written = icarus.direct_elaboration(
+        sources, files, top, LAUNCHER, target=target, out=out[-1] if out else "a.out"
+    )
     # The launcher's last line names its preprocessor and temporary files, which `ivl` reads only for library
     # folders (-y), which this command never has.
     assert [ln for ln in conf.splitlines() if not ln.startswith("ivlpp:")] == written[
@@ -73,6 +76,7 @@ def test_the_configuration_and_input_are_the_launchers(tmp_path, top):
     ].splitlines()
     assert written[icarus.INPUT_FILE] == text
     assert argv[0] == os.path.join(BASE, "ivl") and argv[-1] == icarus.INPUT_FILE
+    assert argv[2] == f"-C{os.path.join(BASE, target + '.conf')}"
 
 
 def test_refused_where_the_launcher_must_run():
@@ -153,3 +157,42 @@ def test_a_macro_goes_through_the_launcher(tmp_path, monkeypatch):
     text = "`define W 4\nmodule TopModule(input [`W-1:0] a, output y);\n  assign y = ^a;\nendmodule\n"
     assert _compile(tmp_path, ex, text, False, monkeypatch)[0] == "passed"
     assert [a[0] for a in ex.argvs] == ["iverilog"]
+
+
+def test_the_equivalence_stage_simulates_the_same_with_ivl(tmp_path, monkeypatch):
+    """The differential simulation's compile (the answer's testbench and design, for `vvp`) through `ivl` itself:
+    the same rewards, verdicts, figures and messages as through the launcher."""
+    import rtlreward_equivalence
+
+    from rtlreward.engine import Engine
+    from rtlreward.integration import load_tasks
+    from rtlreward_hdl.mutate import mutants
+    from rtlreward_hdl.stubs import stub_designs
+
+    def seen(reward):
+        st = reward.stages["equivalence"]
+        metrics = {k: v for k, v in st.metrics.items() if "seconds" not in k}
+        return reward.total, st.status.value, metrics, sorted(d.message for d in st.diagnostics)
+
+    ex = Recording()
+    cases = []
+    for task in load_tasks("verilog-eval", skip_known_issues=True, limit=30)[::3]:
+        ref = next(iter(task.reference.values()))
+        answers = [ref, *(next(iter(m.files.values())) for m in mutants(dict(task.reference), limit=2))]
+        answers.append(next(iter(stub_designs(task)["zeros"].values())))
+        answers.append(ref.replace("endmodule", "  wire [3:0] w = ;\nendmodule"))  # Icarus's message
+        cases += [(task, {"TopModule.sv": a}) for a in answers]
+    differ = []
+    with Engine("equiv", executor=ex, cache=False, jobs=1, workspace_root=tmp_path / "ws") as eng:
+        ex.argvs.clear()
+        fast = [seen(eng.score(t, files)) for t, files in cases]
+        direct = sum(" ".join(a).count("/ivl -C") for a in ex.argvs)
+        monkeypatch.setattr(rtlreward_equivalence, "direct_elaboration", lambda *a, **k: None)
+        ex.argvs.clear()
+        slow = [seen(eng.score(t, files)) for t, files in cases]
+        assert not any("/ivl -C" in " ".join(a) for a in ex.argvs)
+    differ = [(c[0].id, f, s) for c, f, s in zip(cases, fast, slow) if f != s]
+    assert not differ, differ[:3]
+    assert direct >= len(cases) * 3 // 4  # most answers simulated through ivl itself
+    assert {f[1] for f in fast} >= {"passed", "failed"}
+    assert any("syntax error" in m for f in fast for m in f[3])

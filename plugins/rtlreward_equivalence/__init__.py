@@ -40,6 +40,7 @@ from rtlreward import hookimpl
 from rtlreward.model import Diagnostic, StageResult, Status
 from rtlreward.sandbox import CommandResult, resource_exhaustion
 from rtlreward.stage import Stage, StageContext, UnsafePath, safe_relpath
+from rtlreward_hdl.icarus import direct_elaboration
 from rtlreward_hdl.preprocess import inert
 from rtlreward_hdl.simrun import compile_then_run
 from rtlreward_hdl.slang import ExpansionTooLarge
@@ -713,6 +714,7 @@ class EquivalenceStage(Stage):
         argv = ["iverilog", "-g2012", "-o", f"{rel}/tb.vvp", "-s", tb_name]
         argv += [f"-I{d}" for d in files.incdirs]
         argv += [f"{rel}/tb.sv", *files.units]
+        argv = self._direct_compile(ctx, work, rel, tb_name, tb, files) or argv
         # The compile and the run in one sandboxed command (rtlreward_hdl.simrun.compile_then_run).
         res, run = compile_then_run(
             ctx,
@@ -750,6 +752,40 @@ class EquivalenceStage(Stage):
             return _Sim(None, "missing")
         trace = diffsim.parse_trace(run.stdout, nonce, plan, len(stim))
         return _Sim(trace, "", run.duration, run.timed_out)
+
+    @staticmethod
+    def _direct_compile(
+        ctx: StageContext, work: Path, rel: str, tb_name: str, tb: str, files: _Side
+    ) -> list[str] | None:
+        """Icarus's compiler (`ivl`) itself in place of the `iverilog` launcher where nothing of the testbench or
+        the design is one a preprocessor would change (`rtlreward_hdl.icarus.direct_elaboration`): the same
+        program, ~3 ms less. None: the launcher runs."""
+        if getattr(ctx.executor, "name", "") != "local":
+            return None
+        texts = {f"{rel}/tb.sv": tb}
+        for u in files.units:
+            try:
+                texts[u] = (work / u).read_text()
+            except (OSError, UnicodeDecodeError):
+                return None
+        if not inert(texts.values()):
+            return None
+        which = getattr(ctx.executor, "which", None)
+        got = direct_elaboration(
+            [f"{rel}/tb.sv", *files.units],
+            texts,
+            tb_name,
+            which("iverilog") if callable(which) else None,
+            target="vvp",
+            out=f"{rel}/tb.vvp",
+            folder=rel,
+        )
+        if got is None:
+            return None
+        argv, extra = got
+        for name, text in extra.items():
+            (work / name).write_text(text)
+        return argv
 
     # -- the stage -----------------------------------------------------------------------------------------
     def run(self, ctx: StageContext) -> StageResult:

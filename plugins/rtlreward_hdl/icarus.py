@@ -59,7 +59,7 @@ def parse_iverilog(output: str, root) -> list[Diagnostic]:
     return diags
 
 
-# What `iverilog -g2012 -t null` writes for `ivl` (Icarus 11.0), after `root:` when a top is named.
+# What `iverilog -g2012 [-t null] [-o out]` writes for `ivl` (Icarus 11.0), after `root:` when a top is named.
 _IVL_CONFIG_2012 = """basedir:{base}
 module:{base}/system.vpi
 module:{base}/vhdl_sys.vpi
@@ -79,7 +79,7 @@ generation:no-verilog-ams
 generation:icarus-misc
 warnings:n
 ignore_missing_modules:false
-out:a.out
+out:{out}
 iwidth:32
 widthcap:65536
 """
@@ -122,28 +122,36 @@ def _ivl_base_of(exe: str, size: int, mtime: int) -> str | None:
 
 
 def direct_elaboration(
-    sources: Sequence[str], texts: Mapping[str, str], top: str | None, launcher: str | None
+    sources: Sequence[str],
+    texts: Mapping[str, str],
+    top: str | None,
+    launcher: str | None,
+    *,
+    target: str = "null",
+    out: str = "a.out",
+    folder: str = "",
 ) -> tuple[list[str], dict[str, str]] | None:
-    """(argv, files to write beside the sources) of `ivl` elaborating `sources` as `iverilog -g2012 -t null
-    [-s top] <sources>` would, or None where the launcher must run: no launcher (`launcher`: the `iverilog`
-    the command would run, None where it is not found), another Icarus, a file name a `` `line`` directive
-    cannot carry. The caller checked that no text is one a preprocessor would change (`preprocess.inert`) and
-    runs the argv where it would run `iverilog`, with the files in the same folder."""
+    """(argv, files to write) of `ivl` compiling `sources` as `iverilog -g2012 -t <target> [-s top] [-o out]
+    <sources>` would (`null`: elaboration only; `vvp`: the simulation program at `out`), or None where the
+    launcher must run: no launcher (`launcher`: the `iverilog` the command would run, None where it is not
+    found), another Icarus, a file name a `` `line`` directive cannot carry. The caller checked that no text is one
+    a preprocessor would change (`preprocess.inert`) and runs the argv where it would run `iverilog`; the files
+    (keys relative to that folder) go into `folder` under it."""
     base = _ivl_base(launcher)
     if base is None or not sources or (top is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$]*", top)):
         return None
+    if target not in ("null", "vvp") or not os.path.isfile(os.path.join(base, f"{target}.conf")):
+        return None
+    if not _PLAIN_NAME_RE.fullmatch(out) or (folder and not _PLAIN_NAME_RE.fullmatch(folder)):
+        return None
     if any(
-        not _PLAIN_NAME_RE.fullmatch(s) or s not in texts or s.startswith("_rtlreward_ivl") for s in sources
+        not _PLAIN_NAME_RE.fullmatch(s) or s not in texts or s.split("/")[-1].startswith("_rtlreward_ivl")
+        for s in sources
     ):
         return None
-    config = (f"root:{top}\n" if top else "") + _IVL_CONFIG_2012.format(base=base)
+    config = (f"root:{top}\n" if top else "") + _IVL_CONFIG_2012.format(base=base, out=out)
     # ivlpp -L: each file after a `line directive naming it, a newline between files.
     text = "\n".join(f'`line 1 "{s}" 0\n{texts[s]}' for s in sources)
-    argv = [
-        os.path.join(base, "ivl"),
-        f"-C{CONFIG_FILE}",
-        f"-C{os.path.join(base, 'null.conf')}",
-        "--",
-        INPUT_FILE,
-    ]
-    return argv, {CONFIG_FILE: config, INPUT_FILE: text}
+    conf, pp = (f"{folder}/{n}" if folder else n for n in (CONFIG_FILE, INPUT_FILE))
+    argv = [os.path.join(base, "ivl"), f"-C{conf}", f"-C{os.path.join(base, f'{target}.conf')}", "--", pp]
+    return argv, {conf: config, pp: text}
