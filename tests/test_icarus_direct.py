@@ -163,7 +163,6 @@ def test_the_equivalence_stage_simulates_the_same_with_ivl(tmp_path, monkeypatch
     """The differential simulation's compile (the answer's testbench and design, for `vvp`) through `ivl` itself:
     the same rewards, verdicts, figures and messages as through the launcher."""
     import rtlreward_equivalence
-
     from rtlreward.engine import Engine
     from rtlreward.integration import load_tasks
     from rtlreward_hdl.mutate import mutants
@@ -191,7 +190,7 @@ def test_the_equivalence_stage_simulates_the_same_with_ivl(tmp_path, monkeypatch
         ex.argvs.clear()
         slow = [seen(eng.score(t, files)) for t, files in cases]
         assert not any("/ivl -C" in " ".join(a) for a in ex.argvs)
-    differ = [(c[0].id, f, s) for c, f, s in zip(cases, fast, slow) if f != s]
+    differ = [(c[0].id, f, s) for c, f, s in zip(cases, fast, slow, strict=True) if f != s]
     assert not differ, differ[:3]
     assert direct >= len(cases) * 3 // 4  # most answers simulated through ivl itself
     assert {f[1] for f in fast} >= {"passed", "failed"}

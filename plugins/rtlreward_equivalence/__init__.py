@@ -206,6 +206,14 @@ def _reference_key(ctx: StageContext, work: Path, side: _Side, *what: Any) -> st
     ).hexdigest()
 
 
+# The reference's side of the miter (`EquivalenceStage._gold_rtlil`) as Yosys's RTLIL, per reference file, text, script
+# and Yosys: read, elaborated and x-encoded once per task, not once per proof. None: the reference's side alone did
+# not read (the full script runs, and says why).
+_GOLD_RTLILS: dict[str, bytes | None] = {}
+_GOLD_RTLILS_LOCK = threading.Lock()
+_GOLD_RTLIL_MAX = 4 << 20
+GOLD_RTLIL = "gold.il"
+
 # The reference's view (`EquivalenceStage._views`), per its texts and include folders: Icarus preprocesses it once
 # per task, not once per sample.
 _GOLD_VIEWS: dict[str, str] = {}
@@ -519,6 +527,8 @@ class EquivalenceStage(Stage):
         chain = self._abc_chain(ctx, formal.abc_pdr(budget))
         abc_res = None
         for nolatches in (False, True):
+            gold_rtlil, took = self._gold_rtlil(ctx, work, gold_file, plan.top, nolatches)
+            seconds += took
             script = formal.miter_script(
                 [gold_file],
                 [gate_file],
@@ -528,10 +538,11 @@ class EquivalenceStage(Stage):
                 nolatches=nolatches,
                 drop_ports=drop_ports,
                 marks=(mark_gold, mark_gate),
+                gold_rtlil=gold_rtlil,
             )
             script = f"log -stderr {mark_start}\n" + script
             if chain:
-                reads = (gold_file, gate_file, "wrapper.sv")
+                reads = (gold_rtlil or gold_file, gate_file, "wrapper.sv")
                 res, abc_res = self._yosys_then_abc(ctx, work, script, "eq.ys", chain, budget + 10, reads)
             else:
                 res = self._yosys(ctx, work, script, "eq.ys")
@@ -607,6 +618,54 @@ class EquivalenceStage(Stage):
         return _Formal(
             "undecided", engine, note=f"the proof did not close within {budget:g} s", seconds=seconds
         )
+
+    def _gold_rtlil(
+        self, ctx: StageContext, work: Path, gold_file: str, top: str, nolatches: bool
+    ) -> tuple[str | None, float]:
+        """(the RTLIL file in `work` holding the reference's side of the miter, or None where it is not to be had;
+        the seconds a Yosys run for it took). Yosys writes it once per task, reading nothing but the reference, in
+        a folder of its own; later proofs read it back instead of the reference's text."""
+        opts = {**DEFAULTS, **ctx.options}
+        try:
+            text = (work / gold_file).read_text(encoding="utf-8", errors="surrogateescape")
+        except OSError:
+            return None, 0.0
+        script = formal.reference_script([gold_file], top, GOLD_RTLIL, nolatches=nolatches)
+        key = hashlib.sha256(
+            repr(
+                (
+                    type(ctx.executor).__name__,
+                    str(getattr(ctx.executor, "image", "")),
+                    str(opts.get("yosys") or "auto"),
+                    _pyosys_version(),
+                    _pyosys_dir(),
+                    gold_file,
+                    text,
+                    script,
+                )
+            ).encode("utf-8", "surrogatepass")
+        ).hexdigest()
+        seconds = 0.0
+        with _GOLD_RTLILS_LOCK:
+            known = key in _GOLD_RTLILS
+            raw = _GOLD_RTLILS.get(key)
+        if not known:
+            sub = work / f"gold_rtlil_{secrets.token_hex(4)}"
+            sub.mkdir()
+            (sub / gold_file).write_text(text, encoding="utf-8", errors="surrogateescape")
+            res = self._yosys(ctx, sub, script, "gold.ys")
+            seconds = res.duration
+            raw = _read_bytes(sub / GOLD_RTLIL, _GOLD_RTLIL_MAX) if res.returncode == 0 else None
+            if raw is not None or not res.timed_out:  # a machine's time limit is asked again next time
+                with _GOLD_RTLILS_LOCK:
+                    _GOLD_RTLILS[key] = raw
+                    while len(_GOLD_RTLILS) > 64:
+                        _GOLD_RTLILS.pop(next(iter(_GOLD_RTLILS)))
+            shutil.rmtree(sub, ignore_errors=True)
+        if raw is None:
+            return None, seconds
+        (work / GOLD_RTLIL).write_bytes(raw)
+        return GOLD_RTLIL, seconds
 
     @staticmethod
     def _decided(work: Path, seconds: float, nolatches: bool) -> _Formal | None:

@@ -185,13 +185,19 @@ def miter_script(
     nolatches: bool = False,
     drop_ports: Sequence[str] = (),
     marks: tuple[str, str] | None = None,
+    gold_rtlil: str | None = None,
 ) -> str:
     """The Yosys script: read each design on its own (so their module names never meet), copy just the top of
     each into one design under fresh names, read the wrapper that compares them (`wrapper`), write the AIGER file. `marks`: two
     identifiers logged to stderr once the reference's and then the answer's side were read, so a caller can
-    tell whose read failed."""
+    tell whose read failed. `gold_rtlil`: the reference's side as `reference_script` wrote it (its `gold` list
+    is then not read)."""
+    if gold_rtlil is not None:
+        gold_lines = [f"read_rtlil {check_path(gold_rtlil)}", "design -stash gold"]
+    else:
+        gold_lines = _read_side("gold", gold, gold_incdirs, top, nolatches)
     lines = [
-        *_read_side("gold", gold, gold_incdirs, top, nolatches),
+        *gold_lines,
         *([f"log -stderr {check_ident(marks[0])}"] if marks else []),
         *_read_side("gate", gate, gate_incdirs, top, nolatches, drop_ports=drop_ports),
         *([f"log -stderr {check_ident(marks[1])}"] if marks else []),
@@ -222,6 +228,16 @@ def miter_script(
         f"write_aiger -zinit -map {MAP} {AIG}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def reference_script(
+    gold: Sequence[str], top: str, out: str, *, gold_incdirs: Iterable[str] = (), nolatches: bool = False
+) -> str:
+    """The reference's side of `miter_script` alone, written as RTLIL to `out` where the miter stashes it: read
+    back (`gold_rtlil`), it is the same design without reading, elaborating and encoding the reference again."""
+    lines = _read_side("gold", gold, gold_incdirs, top, nolatches)
+    assert lines[-1] == "design -stash gold"
+    return "\n".join([*lines[:-1], f"write_rtlil {check_path(out)}"]) + "\n"
 
 
 def abc_pdr(timeout: float) -> str:
