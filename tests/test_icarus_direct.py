@@ -195,3 +195,97 @@ def test_the_equivalence_stage_simulates_the_same_with_ivl(tmp_path, monkeypatch
     assert direct >= len(cases) * 3 // 4  # most answers simulated through ivl itself
     assert {f[1] for f in fast} >= {"passed", "failed"}
     assert any("syntax error" in m for f in fast for m in f[3])
+
+
+# -- the tests stage: the benchmark's testbench preprocessed once per task, `ivl` per answer -------------------------
+def test_the_testbench_compile_is_the_launchers(tmp_path, monkeypatch):
+    """What `ivl` gets in place of the launcher for an answer and VerilogEval's testbench: the launcher's own
+    configuration and its preprocessor's output for the answer followed by the testbench, tagged with the run's
+    tag, byte for byte (read through -B, as above)."""
+    from rtlreward.integration import load_tasks
+    from rtlreward_hdl import simrun
+
+    for task in load_tasks("verilog-eval", skip_known_issues=True, limit=20)[::5]:
+        ref = next(iter(task.reference.values()))
+        testbench = list(task.harness.options["testbench"])
+        harness = dict(task.harness.files)
+        ctx = make_ctx(tmp_path / task.id, task, files={"TopModule.sv": ref})
+        root = tmp_path / task.id / "root"
+        root.mkdir(parents=True)
+        tag = simrun.new_tag()
+        flags = ["-Wall", "-Winfloop", "-Wno-timescale", "-g2012", "-s", "tb", "-o", "_rtlreward_sim.vvp"]
+        argv = ["iverilog", *flags, "./TopModule.sv", *testbench]
+        got = simrun._direct_compile(
+            ctx, root, argv, {"TopModule.sv": ref}, ["TopModule.sv"], harness, testbench, tag
+        )
+        assert got is not None and got[0].endswith("/ivl"), got
+        tagged = {k: (simrun.tag_testbench(v, tag) if k in testbench else v) for k, v in harness.items()}
+        (tmp_path / task.id / "launcher").mkdir()
+        conf, text = _launcher_config(
+            tmp_path / task.id / "launcher",
+            [*flags, "./TopModule.sv", *testbench],
+            {"TopModule.sv": ref, **tagged},
+        )
+        mine = (root / "_rtlreward_ivl.conf").read_text().splitlines()
+        assert [ln for ln in conf.splitlines() if not ln.startswith("ivlpp:")] == mine
+        assert (root / "_rtlreward_ivl.v").read_text() == text
+        assert got[-1] == "_rtlreward_ivl.v" and "-C_rtlreward_ivl.conf" in got
+
+
+def test_the_tests_stage_judges_the_same_through_ivl(tmp_path, monkeypatch):
+    """VerilogEval's tests stage on references, mutants, stubs, broken answers and answers that reach into the
+    testbench: the same verdicts, mismatch counts and messages through `ivl` as through the launcher."""
+    from verilog_eval_helpers import run_harness
+
+    from rtlreward.integration import load_tasks
+    from rtlreward_hdl import simrun
+    from rtlreward_hdl.mutate import mutants
+    from rtlreward_hdl.stubs import stub_designs
+
+    def seen(r):
+        keep = {k: v for k, v in r.metrics.items() if "seconds" not in k and "duration" not in k}
+        return r.status.value, r.score, keep, sorted(d.message for d in r.diagnostics)
+
+    ex = Recording()
+    cases = []
+    for task in load_tasks("verilog-eval", skip_known_issues=True, limit=48)[::4]:
+        ref = next(iter(task.reference.values()))
+        answers = [ref, *(next(iter(m.files.values())) for m in mutants(dict(task.reference), limit=2))]
+        answers.append(next(iter(stub_designs(task)["zeros"].values())))
+        answers.append(ref.replace("endmodule", "  wire [3:0] w = ;\nendmodule"))
+        answers.append(
+            ref.replace("endmodule", '  initial $display("Mismatches: 0 in 20 samples");\nendmodule')
+        )
+        cases += [(task, a) for a in answers]
+    fast, slow, direct = [], [], 0
+    for i, (task, a) in enumerate(cases):
+        ex.argvs.clear()
+        fast.append(seen(run_harness(task, {"TopModule.sv": a}, tmp_path / f"f{i}", ex=ex)))
+        direct += any(
+            " ".join(x).startswith("sh -c") and "/ivl -C_rtlreward_ivl.conf" in " ".join(x) for x in ex.argvs
+        )
+    monkeypatch.setattr(simrun, "_direct_compile", lambda *a, **k: None)
+    for i, (task, a) in enumerate(cases):
+        slow.append(seen(run_harness(task, {"TopModule.sv": a}, tmp_path / f"s{i}", ex=ex)))
+    differ = [(c[0].id, c[1][-120:], f, s) for c, f, s in zip(cases, fast, slow, strict=True) if f != s]
+    assert not differ, differ[:2]
+    assert direct >= len(cases) * 3 // 4
+    assert {f[0] for f in fast} >= {"passed", "failed"}
+
+
+def test_a_testbench_the_preprocessor_complains_about_goes_through_the_launcher(tmp_path):
+    """A testbench whose preprocessing prints anything (here: an `include it cannot find) is not captured: the
+    launcher compiles it, and its message stays the launcher's."""
+    from rtlreward_hdl import simrun
+
+    ctx = make_ctx(tmp_path, TASK, files={"TopModule.sv": "module TopModule; endmodule\n"})
+    root = tmp_path / "root"
+    root.mkdir()
+    harness = {"tb.sv": '`include "missing.vh"\nmodule tb; TopModule t(); endmodule\n'}
+    argv = ["iverilog", "-g2012", "-s", "tb", "-o", "_rtlreward_sim.vvp", "./TopModule.sv", "tb.sv"]
+    answer = {"TopModule.sv": "module TopModule; endmodule\n"}
+    got = simrun._direct_compile(
+        ctx, root, argv, answer, ["TopModule.sv"], harness, ["tb.sv"], simrun.new_tag()
+    )
+    assert got is None
+    assert not list(root.glob("_rtlreward_capture_*"))  # the capture's folder is gone

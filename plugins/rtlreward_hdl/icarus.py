@@ -22,7 +22,14 @@ from collections.abc import Mapping, Sequence
 from rtlreward.model import Diagnostic
 from rtlreward_hdl.files import OUTSIDE_MESSAGE, relative_file
 
-__all__ = ["direct_elaboration", "iverilog_version", "parse_iverilog"]
+__all__ = [
+    "capture_setup",
+    "captured_command",
+    "direct_elaboration",
+    "iverilog_version",
+    "ivl_folder",
+    "parse_iverilog",
+]
 
 _LINE_RE = re.compile(r"^(\S[^:\n]*?):(\d+):\s*(?:(error|warning|sorry):\s*)?(.*)$")
 
@@ -85,7 +92,7 @@ widthcap:65536
 """
 _DIRECT_VERSION = b"11.0 (stable)"
 _PLAIN_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./+-]*")
-_BASE_FILES = ("ivl", "null.conf", "null.tgt", "system.vpi", "v2009.vpi")
+_BASE_FILES = ("ivl", "ivlpp", "null.conf", "null.tgt", "vvp.conf", "system.vpi", "v2009.vpi")
 CONFIG_FILE = "_rtlreward_ivl.conf"
 INPUT_FILE = "_rtlreward_ivl.v"
 
@@ -111,6 +118,14 @@ def _ivl_base_of(exe: str, size: int, mtime: int) -> str | None:
                 return None
     except OSError:
         return None
+    return ivl_folder(exe)
+
+
+def ivl_folder(launcher: str | None) -> str | None:
+    """Icarus's library folder (`ivl`, `ivlpp`, the targets) beside the launcher at `launcher`, any version."""
+    if not launcher:
+        return None
+    exe = os.path.realpath(launcher)
     prefix = os.path.dirname(os.path.dirname(exe))
     for base in (
         os.path.join(prefix, "lib", "ivl"),
@@ -155,3 +170,70 @@ def direct_elaboration(
     conf, pp = (f"{folder}/{n}" if folder else n for n in (CONFIG_FILE, INPUT_FILE))
     argv = [os.path.join(base, "ivl"), f"-C{conf}", f"-C{os.path.join(base, f'{target}.conf')}", "--", pp]
     return argv, {conf: config, pp: text}
+
+
+# -- the launcher's own command, read back --------------------------------------------------------------------------
+# For flags and files this module has no configuration of its own for (a benchmark's testbench with its warnings
+# and macros), the launcher itself says what it runs: pointed (-B) at a folder holding links to Icarus's own files
+# but an `ivl` that records its arguments, its configuration and its input (the preprocessor's output), it runs
+# everything up to the compiler proper. `capture_setup` makes that folder, `captured_command` reads what it
+# recorded as the `ivl` command to run in its place.
+CAPTURE_BASE = "_rtlreward_ivl_base"
+_CAPTURE_IVL = """#!/bin/sh
+: > _rtlreward_cap.argv
+for a in "$@"; do printf '%s\\n' "$a" >> _rtlreward_cap.argv; done
+for a in "$@"; do case "$a" in -C{base}/*) ;; -C*) cat "${{a#-C}}" > _rtlreward_cap.conf;; esac; done
+cat > _rtlreward_cap.in
+"""
+
+
+def capture_setup(folder: str, launcher: str | None) -> bool:
+    """Make `folder`/CAPTURE_BASE: links to every file of Icarus's folder but `ivl`, which records. False where
+    Icarus's folder is not found beside the launcher."""
+    base = ivl_folder(launcher)
+    if base is None:
+        return False
+    fake = os.path.join(folder, CAPTURE_BASE)
+    os.makedirs(fake, exist_ok=True)
+    for name in os.listdir(base):
+        if name != "ivl" and not os.path.lexists(os.path.join(fake, name)):
+            os.symlink(os.path.join(base, name), os.path.join(fake, name))
+    script = os.path.join(fake, "ivl")
+    with open(script, "w") as fh:
+        fh.write(_CAPTURE_IVL.format(base=CAPTURE_BASE))
+    os.chmod(script, 0o755)
+    return True
+
+
+def captured_command(folder: str, launcher: str | None) -> tuple[list[str], str, str] | None:
+    """(the `ivl` argv with its two placeholders `{config}` and `{input}`, the configuration, the preprocessor's
+    output) of a launcher run `-B CAPTURE_BASE` in `folder`, or None where it did not get that far."""
+    base = ivl_folder(launcher)
+    try:
+        with open(os.path.join(folder, "_rtlreward_cap.argv")) as fh:
+            args = fh.read().splitlines()
+        with open(os.path.join(folder, "_rtlreward_cap.conf")) as fh:
+            config = fh.read()
+        with open(os.path.join(folder, "_rtlreward_cap.in"), errors="surrogateescape") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    if base is None or not args or args[-1] != "-" or args[-2] != "--":
+        return None
+    own = [a for a in args[:-2] if a.startswith("-C") and not a.startswith(f"-C{CAPTURE_BASE}/")]
+    if len(own) != 1:
+        return None
+    argv = [os.path.join(base, "ivl")]
+    for a in args[:-2]:
+        if a == own[0]:
+            argv.append("-C{config}")
+        else:
+            argv.append(a.replace(CAPTURE_BASE, base, 1) if a.startswith(f"-C{CAPTURE_BASE}/") else a)
+    argv += ["--", "{input}"]
+    # `ivlpp:` names the launcher's temporary files; `ivl` reads it only for library folders (-y)
+    lines = [
+        ln.replace(CAPTURE_BASE, base) if ln.startswith(("basedir:", "module:")) else ln
+        for ln in config.splitlines()
+        if not ln.startswith("ivlpp:")
+    ]
+    return argv, "\n".join(lines) + "\n", text
