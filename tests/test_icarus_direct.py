@@ -289,3 +289,43 @@ def test_a_testbench_the_preprocessor_complains_about_goes_through_the_launcher(
     )
     assert got is None
     assert not list(root.glob("_rtlreward_capture_*"))  # the capture's folder is gone
+
+
+# -- found by a red-team pass ---------------------------------------------------------------------------------------
+M = "module TopModule(input a, output y);\n  assign y = a;\nendmodule\n"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "// "
+        + "x" * 16380
+        + "\n"
+        + M,  # Icarus's preprocessor overflows, its compiler does not: the launcher fails
+        M + "// " + "x" * 20000 + "\n",  # the compiler overflows, the preprocessor's cut output compiles
+    ],
+    ids=["comment-before", "comment-after"],
+)
+def test_a_line_past_the_lexers_buffers_goes_through_the_launcher(tmp_path, monkeypatch, text):
+    """A token past flex's buffer (~16 KB) is cut one character apart by Icarus's preprocessor and its compiler:
+    such a text is not `inert` (no line over 4096 characters), so the launcher decides, as before."""
+    assert not inert([text])
+    ex = Recording()
+    fast = _compile(tmp_path / "f", ex, text, False, monkeypatch)
+    assert [a[0] for a in ex.argvs] == ["iverilog"]
+    assert fast == _compile(tmp_path / "s", ex, text, True, monkeypatch)
+
+
+def test_an_answer_folder_with_the_direct_files_name_leaves_it_to_the_launcher(tmp_path, monkeypatch):
+    """An answer may hold a folder named like the files the direct command writes: the launcher runs, the stage
+    does not break."""
+    task = Task(id="direct", expected_files=[], toplevel="TopModule")
+    files = {"TopModule.sv": M, f"{icarus.CONFIG_FILE}/x.v": "module x; endmodule\n"}
+    ctx = make_ctx(tmp_path, task, files=files)
+    ex = Recording()
+    ctx.executor = ex
+    r = get_registry().stages()["compile"].run(ctx)
+    assert r.status.value == "passed", r.diagnostics
+    assert [a[0] for a in ex.argvs] == ["iverilog"]
+    (tmp_path / "taken").mkdir()
+    assert not icarus.place(tmp_path, {"taken": "x"})

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from rtlreward import hookimpl
 from rtlreward.model import Diagnostic, StageResult, Status
-from rtlreward.stage import Stage, StageContext, write_files
+from rtlreward.stage import Stage, StageContext
 from rtlreward_hdl.files import (
     compile_sources,
     include_dirs,
@@ -19,7 +19,7 @@ from rtlreward_hdl.files import (
     toplevel,
     unsafe_includes,
 )
-from rtlreward_hdl.icarus import direct_elaboration, iverilog_version, parse_iverilog
+from rtlreward_hdl.icarus import direct_elaboration, iverilog_version, parse_iverilog, place
 from rtlreward_hdl.preprocess import inert
 
 __all__ = ["CompileStage"]
@@ -114,8 +114,7 @@ class CompileStage(Stage):
         if got is None:
             return None
         argv, extra = got
-        write_files(root, extra)
-        return argv
+        return argv if place(root, extra) else None
 
 
 def _limit(ctx: StageContext, res) -> Diagnostic | None:

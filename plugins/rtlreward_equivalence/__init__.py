@@ -40,7 +40,7 @@ from rtlreward import hookimpl
 from rtlreward.model import Diagnostic, StageResult, Status
 from rtlreward.sandbox import CommandResult, resource_exhaustion
 from rtlreward.stage import Stage, StageContext, UnsafePath, safe_relpath
-from rtlreward_hdl.icarus import direct_elaboration
+from rtlreward_hdl.icarus import direct_elaboration, place
 from rtlreward_hdl.preprocess import inert
 from rtlreward_hdl.simrun import compile_then_run
 from rtlreward_hdl.slang import ExpansionTooLarge
@@ -842,9 +842,7 @@ class EquivalenceStage(Stage):
         if got is None:
             return None
         argv, extra = got
-        for name, text in extra.items():
-            (work / name).write_text(text)
-        return argv
+        return argv if place(work, extra) else None
 
     # -- the stage -----------------------------------------------------------------------------------------
     def run(self, ctx: StageContext) -> StageResult:

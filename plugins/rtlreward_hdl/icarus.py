@@ -29,6 +29,7 @@ __all__ = [
     "iverilog_version",
     "ivl_folder",
     "parse_iverilog",
+    "place",
 ]
 
 _LINE_RE = re.compile(r"^(\S[^:\n]*?):(\d+):\s*(?:(error|warning|sorry):\s*)?(.*)$")
@@ -237,3 +238,15 @@ def captured_command(folder: str, launcher: str | None) -> tuple[list[str], str,
         if not ln.startswith("ivlpp:")
     ]
     return argv, "\n".join(lines) + "\n", text
+
+
+def place(folder: str | os.PathLike, files: Mapping[str, str]) -> bool:
+    """Write a direct command's files (their names relative to `folder`) as new files; False where one of the
+    names is taken already (an answer's file or folder of that name: the launcher runs instead)."""
+    for name, text in files.items():
+        try:
+            with open(os.path.join(folder, name), "x", encoding="utf-8", errors="surrogateescape") as fh:
+                fh.write(text)
+        except OSError:
+            return False
+    return True

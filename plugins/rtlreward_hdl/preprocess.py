@@ -23,8 +23,9 @@ where there is no executor, and in place of a tool that is not installed where t
 cannot run the design either; Verilator is not in the default sim image).
 
 An answer no preprocessor would change (`inert`: no backtick but `` `timescale``-like directives, printable
-ASCII, comments and strings that close, a string on its line, no triple quote) is not handed to the tools: each view is the
-same tokenizer over the text itself, in this process (a command less per candidate, ~8 ms on a small module).
+ASCII, comments and strings that close, a string on its line, no triple quote, no line over 4096 characters) is not
+handed to the tools: each view is the same tokenizer over the text itself, in this process (a command less per
+candidate, ~8 ms on a small module).
 
 The preprocessed views see only the branches the tools' own defines select (`__ICARUS__`, `VERILATOR`). A
 harness may add defines the gate cannot know (CVDP runners pass `SIMULATION`), so `source_uses` also reads the
@@ -721,17 +722,24 @@ _PLAIN_RE = re.compile(
     r'(?:[^"/\\]++|\\[^\s]*+|//[^\n]*+|/\*.*?\*/|/(?![*/])|"(?:\\[^\n]|[^"\\\n])*+")*+', re.S
 )
 _ODD_CHAR_RE = re.compile(r"[^\t\n\x20-\x7e]")
+# A line this long may hold a token past the tools' lexer buffers (flex's REJECT limit, ~16 KB: Icarus's
+# preprocessor stops at a `//` comment one character shorter than its compiler does), so the tools read it
+# differently from each other and from this module: such a text is read by the tools themselves.
+INERT_LINE_MAX = 4096
+_LONG_LINE_RE = re.compile(rf"[^\n]{{{INERT_LINE_MAX + 1}}}")
 
 
 def inert(texts: Iterable[str]) -> bool:
     """True when each text is one a preprocessor passes on unchanged and every lexer here reads alike: no
     backtick but an inert directive's (`` `timescale``, `` `default_nettype``, ...), so no macro, `ifdef or
     `include; printable ASCII; comments and strings that close (a string on its line), no triple quote
-    (Verilator's string delimiter). Anything else is read by the tools' own preprocessors."""
+    (Verilator's string delimiter), no line over INERT_LINE_MAX characters. Anything else is read by the tools'
+    own preprocessors."""
     return all(
         t.count("`") == len(_INERT_DIRECTIVE_RE.findall(t))
         and '"""' not in t
         and _ODD_CHAR_RE.search(t) is None
+        and _LONG_LINE_RE.search(t) is None
         and _PLAIN_RE.fullmatch(t) is not None
         for t in texts
     )
@@ -747,7 +755,9 @@ def _inert_views(
     compares the findings with the tools' own on texts built to part them); `source_uses` reads the text as
     written besides, as for every answer."""
     text = "".join(f'`line 1 "{u}" 0\n{files[u]}\n' for u in units)
-    return tuple(View(tool, True, _inert_uses(text, tool, tuple(files.items()), tuple(available))) for tool in tools)
+    return tuple(
+        View(tool, True, _inert_uses(text, tool, tuple(files.items()), tuple(available))) for tool in tools
+    )
 
 
 @functools.lru_cache(maxsize=128)

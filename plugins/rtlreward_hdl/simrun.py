@@ -50,6 +50,7 @@ from rtlreward_hdl.icarus import (
     iverilog_version,
     ivl_folder,
     parse_iverilog,
+    place,
 )
 from rtlreward_hdl.preprocess import (
     FILE_NAMES,
@@ -415,9 +416,9 @@ def _direct_compile(
     ivl, config, tb_text = got
     # ivlpp -L: each file after a `line directive naming it as the launcher was given it, a newline between files
     head = "\n".join(f'`line 1 "./{p}" 0\n{answer[p]}' for p in sources)
-    write_files(
-        root, {_DIRECT_CONFIG: config, _DIRECT_INPUT: head + "\n" + tb_text.replace(_PLACEHOLDER, tag)}
-    )
+    text = head + "\n" + tb_text.replace(_PLACEHOLDER, tag)
+    if not place(root, {_DIRECT_CONFIG: config, _DIRECT_INPUT: text}):
+        return None
     return [{"-C{config}": f"-C{_DIRECT_CONFIG}", "{input}": _DIRECT_INPUT}.get(a, a) for a in ivl]
 
 
