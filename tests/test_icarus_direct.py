@@ -329,3 +329,26 @@ def test_an_answer_folder_with_the_direct_files_name_leaves_it_to_the_launcher(t
     assert [a[0] for a in ex.argvs] == ["iverilog"]
     (tmp_path / "taken").mkdir()
     assert not icarus.place(tmp_path, {"taken": "x"})
+
+
+def test_an_answer_file_named_like_a_harness_file_is_the_harness_s(tmp_path, monkeypatch):
+    """`./Prob001_zero_test.sv` is the testbench's own file: the harness's copy wins the clash through `ivl` and
+    through the launcher alike (the answer's copy was compiled by the one and overwritten for the other)."""
+    from verilog_eval_helpers import run_harness
+
+    from rtlreward.integration import load_tasks
+    from rtlreward_hdl import simrun
+
+    task = load_tasks("verilog-eval", skip_known_issues=True, limit=1)[0]
+    ref = next(iter(task.reference.values()))
+    name = next(n for n in task.harness.options["testbench"] if n.endswith("_test.sv"))
+    forged = {
+        "TopModule.sv": ref,
+        f"./{name}": 'module tb; initial $display("Mismatches: 0 in 1 samples"); endmodule\n',
+    }
+    alone = {f"./{name}": ref}
+    fast = [run_harness(task, f, tmp_path / f"f{i}") for i, f in enumerate((forged, alone))]
+    monkeypatch.setattr(simrun, "_direct_compile", lambda *a, **k: None)
+    slow = [run_harness(task, f, tmp_path / f"s{i}") for i, f in enumerate((forged, alone))]
+    assert [r.status.value for r in fast] == [r.status.value for r in slow] == ["passed", "failed"]
+    assert fast[0].metrics.get("mismatches") == 0 and fast[0].metrics.get("samples", 1) > 1

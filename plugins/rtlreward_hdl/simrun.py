@@ -232,14 +232,26 @@ def answer_macro_reset(files: Mapping[str, str]) -> str:
 def answer_sources(ctx: StageContext, harness_names: Iterable[str]) -> dict[str, str]:
     """The answer's files that go next to the testbench: every file but the harness's own names and files a
     tool would load as code."""
-    harness_names = set(harness_names)
+    harness_names = {_normal(n) for n in harness_names}
     out: dict[str, str] = {}
     for rel, text in ctx.files.items():
         base = rel.replace("\\", "/").rsplit("/", 1)[-1]
-        if rel in harness_names or rel.lower().endswith(_NO_ANSWER_EXTS) or base.startswith("_rtlreward_"):
+        if (
+            _normal(rel) in harness_names
+            or rel.lower().endswith(_NO_ANSWER_EXTS)
+            or base.startswith("_rtlreward_")
+        ):
             continue
         out[rel] = text
     return out
+
+
+def _normal(rel: str) -> str:
+    """The path a file is written to (`./a.sv` and `a.sv` are one file); a path that cannot be written as it is."""
+    try:
+        return str(safe_relpath(rel))
+    except UnsafePath:
+        return rel
 
 
 def run_testbench(
