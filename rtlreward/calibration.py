@@ -102,7 +102,8 @@ class Calibrator:
                 ):  # the measurement itself broke: nothing remembered, the profile's limits hold
                     return {}
                 found = limits_from(reward, self.stages, self.floor, self.factor)
-                self._save(key, found, reward)
+                if reward.passed:  # a failed reference is measured again by the next process (see `_save`)
+                    self._save(key, found, reward)
             with self._lock:
                 if len(self._memory) >= _MEMORY:
                     self._memory.pop(next(iter(self._memory)))
@@ -119,7 +120,8 @@ class Calibrator:
         if self._load(key) is not None:
             return
         found = limits_from(reward, self.stages, self.floor, self.factor)
-        self._save(key, found, reward)
+        if reward.passed:
+            self._save(key, found, reward)
         with self._lock:
             self._memory.setdefault(key, found)
 
@@ -134,6 +136,9 @@ class Calibrator:
             return None
 
     def _save(self, key: str, limits: Mapping[str, float], reward: Reward) -> None:
+        """Only a passing reference's measurement is kept on disk: a failure may be the machine's or a version's
+        of rtlreward (a tool broken for a while, a bug since fixed), and kept, it would leave the task on the
+        profile's limits for good (a hung candidate then waits out VerilogEval's 30 s). This process remembers it."""
         entry = {
             "limits": dict(limits),
             "reference_passed": bool(reward.passed),
