@@ -344,8 +344,12 @@ X_UNPROVED = {
     "  always @* if (p[0] !== 1'bx) y = a + 8'd1; else y = 8'hEE;\nendmodule\n",
 }
 SEQ_PORTS = "input clk, input rst, input [31:0] b, input [7:0] a, output reg [7:0] y"
-SEQ_REF = f"module top({SEQ_PORTS});\n  always @(posedge clk) if (rst) y <= 0; else y <= a + 8'd1;\nendmodule\n"
-SEQ_HOLD = "  always @(posedge clk) if (rst) y <= 0; else if (t && !r) y <= a + 8'd1; else if (t) y <= 8'hEE;\n"
+SEQ_REF = (
+    f"module top({SEQ_PORTS});\n  always @(posedge clk) if (rst) y <= 0; else y <= a + 8'd1;\nendmodule\n"
+)
+SEQ_HOLD = (
+    "  always @(posedge clk) if (rst) y <= 0; else if (t && !r) y <= a + 8'd1; else if (t) y <= 8'hEE;\n"
+)
 SEQ_FORGES = {
     # a register nothing resets or writes stays x in the simulator (`!r` is x: the else branch); it was 0 in the
     # proof when registers started at 0 there
@@ -356,7 +360,9 @@ SEQ_FORGES = {
 
 @pytest.mark.parametrize("name", list(X_UNPROVED))
 def test_an_x_the_proof_cannot_encode_leaves_it_unproved(stage, tmp_path, name):
-    task = Task(id="x", prompt="", reference={"rtl/top.v": X_REF}, expected_files=("rtl/top.v",), toplevel="top")
+    task = Task(
+        id="x", prompt="", reference={"rtl/top.v": X_REF}, expected_files=("rtl/top.v",), toplevel="top"
+    )
     r = run_stage(stage, LocalExecutor(), tmp_path, task, X_UNPROVED[name])
     assert r.status is not Status.PASSED and r.metrics["equivalence"] != "proved", (name, r.metrics, shown(r))
     assert r.score <= DEFAULTS["undecided"], (name, r.score, r.metrics)
@@ -364,7 +370,9 @@ def test_an_x_the_proof_cannot_encode_leaves_it_unproved(stage, tmp_path, name):
 
 @pytest.mark.parametrize("name", list(SEQ_FORGES))
 def test_a_register_left_x_behind_a_rare_trigger_is_refuted(stage, tmp_path, name):
-    task = Task(id="s", prompt="", reference={"rtl/top.v": SEQ_REF}, expected_files=("rtl/top.v",), toplevel="top")
+    task = Task(
+        id="s", prompt="", reference={"rtl/top.v": SEQ_REF}, expected_files=("rtl/top.v",), toplevel="top"
+    )
     text = (
         f"module top({SEQ_PORTS});\n  wire t = b == 32'h5EED1234;\n{SEQ_FORGES[name]}{SEQ_HOLD}"
         "    else y <= a + 8'd1;\nendmodule\n"
@@ -376,7 +384,9 @@ def test_a_register_left_x_behind_a_rare_trigger_is_refuted(stage, tmp_path, nam
 
 @pytest.mark.parametrize("name", list(X_FORGES))
 def test_an_x_behind_a_rare_trigger_is_refuted_by_the_proof(stage, tmp_path, name):
-    task = Task(id="x", prompt="", reference={"rtl/top.v": X_REF}, expected_files=("rtl/top.v",), toplevel="top")
+    task = Task(
+        id="x", prompt="", reference={"rtl/top.v": X_REF}, expected_files=("rtl/top.v",), toplevel="top"
+    )
     r = run_stage(stage, LocalExecutor(), tmp_path, task, X_FORGES[name])
     assert r.status is Status.FAILED and r.metrics["equivalence"] == "refuted", (name, r.metrics, shown(r))
     # Refuted by the proof: its counterexample is the trigger, which the simulation replays and confirms.
@@ -393,7 +403,9 @@ SEL_REF = "module top(input [2:0] n, input [4:0] a, output y);\n  assign y = a[n
 def test_an_answer_defined_where_the_reference_is_x_is_proved(stage, tmp_path, answer):
     # The reference's a[n] is x for n >= 5 (a don't-care); these answers are 0 there. The x used to reach the
     # AIGER writer, which refused it, and the correct answers were paid as undecided.
-    task = Task(id="sel", prompt="", reference={"rtl/top.v": SEL_REF}, expected_files=("rtl/top.v",), toplevel="top")
+    task = Task(
+        id="sel", prompt="", reference={"rtl/top.v": SEL_REF}, expected_files=("rtl/top.v",), toplevel="top"
+    )
     text = f"module top(input [2:0] n, input [4:0] a, output y);\n  {answer}\nendmodule\n"
     r = run_stage(stage, LocalExecutor(), tmp_path, task, text)
     assert r.status is Status.PASSED and r.metrics["equivalence"] == "proved", (r.metrics, shown(r))
@@ -402,9 +414,13 @@ def test_an_answer_defined_where_the_reference_is_x_is_proved(stage, tmp_path, a
 
 # -- the third pass: constructs Yosys reads as synthesis does and the simulator runs otherwise ---------------------
 # A sequential reference (q follows d) and answers that differ only when d holds one 32-bit value.
-SIM_REF = "module top(input clk, input rst, input [31:0] d, output reg [31:0] q);\n" \
+SIM_REF = (
+    "module top(input clk, input rst, input [31:0] d, output reg [31:0] q);\n"
     "  always @(posedge clk) if (rst) q <= 0; else q <= d;\nendmodule\n"
-SIM_HEAD = "module top(input clk, input rst, input [31:0] d, output reg [31:0] q);\n  wire t = d == 32'h5EED1234;\n"
+)
+SIM_HEAD = (
+    "module top(input clk, input rst, input [31:0] d, output reg [31:0] q);\n  wire t = d == 32'h5EED1234;\n"
+)
 SIM_FORGES = {
     "gated-clock": "  wire g = clk & ~t;\n  always @(posedge g) if (rst) q <= 0; else q <= d;\n",
     "muxed-clock": "  wire g = t ? ~clk : clk;\n  always @(posedge g) if (rst) q <= 0; else q <= d;\n",
@@ -432,7 +448,9 @@ def test_a_construct_the_simulator_runs_otherwise_gets_no_proof(stage, tmp_path,
         ref, text = SIM_REF, SIM_HEAD + SIM_FORGES[name] + "endmodule\n"
     else:
         ref, text = STALE_REF, STALE
-    task = Task(id="m", prompt="", reference={"rtl/top.v": ref}, expected_files=("rtl/top.v",), toplevel="top")
+    task = Task(
+        id="m", prompt="", reference={"rtl/top.v": ref}, expected_files=("rtl/top.v",), toplevel="top"
+    )
     r = run_stage(stage, LocalExecutor(), tmp_path, task, text)
     assert r.status is not Status.PASSED and r.metrics["equivalence"] != "proved", (name, r.metrics, shown(r))
     assert r.score <= DEFAULTS["undecided"], (name, r.score, r.metrics)
@@ -442,7 +460,9 @@ def test_a_construct_the_simulator_runs_otherwise_gets_no_proof(stage, tmp_path,
 def test_a_construct_the_simulator_runs_otherwise_cannot_dodge_a_refutation(stage, tmp_path):
     # Wrong at the trigger, which the proof finds; a delay added on top must not trade that refutation for the
     # undecided share (the rule withholds proofs, not counterexamples).
-    task = Task(id="d", prompt="", reference={"rtl/top.v": SIM_REF}, expected_files=("rtl/top.v",), toplevel="top")
+    task = Task(
+        id="d", prompt="", reference={"rtl/top.v": SIM_REF}, expected_files=("rtl/top.v",), toplevel="top"
+    )
     plain = SIM_HEAD + "  always @(posedge clk) if (rst) q <= 0; else q <= t ? ~d : d;\nendmodule\n"
     dodge = SIM_HEAD + (
         "  wire [31:0] dd; assign #1 dd = d;\n  always @(posedge clk) if (rst) q <= 0; else q <= t ? ~d : dd;\n"
@@ -466,14 +486,22 @@ def test_a_way_around_the_simulation_mismatch_rule_gets_no_proof(stage, tmp_path
     variable initialised from a signal: each differs from the reference under the simulator at one 32-bit value."""
     text = path.read_text()
     ref = SIM_REF if "input clk" in text else STALE_REF
-    task = Task(id="f4", prompt="", reference={"rtl/top.v": ref}, expected_files=("rtl/top.v",), toplevel="top")
+    task = Task(
+        id="f4", prompt="", reference={"rtl/top.v": ref}, expected_files=("rtl/top.v",), toplevel="top"
+    )
     r = run_stage(stage, LocalExecutor(), tmp_path, task, text)
-    assert r.status is not Status.PASSED and r.metrics["equivalence"] != "proved", (path.stem, r.metrics, shown(r))
+    assert r.status is not Status.PASSED and r.metrics["equivalence"] != "proved", (
+        path.stem,
+        r.metrics,
+        shown(r),
+    )
     assert r.score <= DEFAULTS["undecided"], (path.stem, r.score, r.metrics)
 
 
 # -- the fifth pass: an answer that prints the testbench's trace lines itself -------------------------------------
-HADD_REF = "module top(input a, input b, output sum, output cout);\n  assign {cout, sum} = a + b;\nendmodule\n"
+HADD_REF = (
+    "module top(input a, input b, output sum, output cout);\n  assign {cout, sum} = a + b;\nendmodule\n"
+)
 TRACE_FORGE = """module top(input a, input b, output sum, output cout);
   assign sum = 1'b0;
   assign cout = 1'b0;
@@ -497,7 +525,40 @@ def test_an_answer_cannot_print_the_testbenchs_trace_lines(stage, tmp_path):
     """The trace lines carry a nonce the design cannot read: the testbench's module name (which `%m` shows) is
     random apart from it. A constant-0 half adder printing the reference's values under the module name's suffix
     is refuted as the constant it is (a red-team answer earned 0.325 of `equiv` when the name was the nonce)."""
-    task = Task(id="h", prompt="", reference={"rtl/top.v": HADD_REF}, expected_files=("rtl/top.v",), toplevel="top")
+    task = Task(
+        id="h", prompt="", reference={"rtl/top.v": HADD_REF}, expected_files=("rtl/top.v",), toplevel="top"
+    )
     r = run_stage(stage, LocalExecutor(), tmp_path, task, TRACE_FORGE)
-    assert r.metrics["equivalence"] == "refuted" and r.metrics["output_bits_mismatched"] == 2, (r.metrics, shown(r))
+    assert r.metrics["equivalence"] == "refuted" and r.metrics["output_bits_mismatched"] == 2, (
+        r.metrics,
+        shown(r),
+    )
     assert r.score == 0.0
+
+
+DUAL_REF = """module dual(input clk, input d, output reg q);
+  reg qp, qn;
+  always @(posedge clk) qp <= d;
+  always @(negedge clk) qn <= d;
+  always @(*) q = clk ? qp : qn;
+endmodule
+"""
+
+
+def test_a_design_wrong_in_the_clocks_high_phase_only_is_refuted(stage, executor, tmp_path):
+    """VerilogEval Prob078 (a dual-edge flip-flop): an answer that swaps the two registers agrees with the reference
+    in the clock's low phase and differs in its high phase. The proof steps once per cycle and proved it; the
+    simulation, sampling both phases, refutes it (before, it sampled the low phase only and agreed)."""
+    task = Task(
+        id="dual",
+        prompt="",
+        reference={"rtl/dual.v": DUAL_REF},
+        expected_files=("rtl/dual.v",),
+        toplevel="dual",
+    )
+    good = run_stage(stage, executor, tmp_path / "good", task, DUAL_REF)
+    assert good.status is Status.PASSED, (good.metrics, shown(good))
+    swapped = DUAL_REF.replace("clk ? qp : qn", "clk ? qn : qp")
+    bad = run_stage(stage, executor, tmp_path / "bad", task, swapped)
+    assert bad.status is Status.FAILED and bad.metrics["equivalence"] == "refuted", (bad.metrics, shown(bad))
+    assert bad.score < 1.0

@@ -276,11 +276,12 @@ class _Sim:
     seconds: float = 0.0
     timed_out: bool = False
     limit: Any = None  # rtlreward.sandbox.Exhaustion: the compile ended at a sandbox limit (memory, stack)
+    high: diffsim.Trace | None = None  # the samples of the clock's high phase (`diffsim.parse_phases`)
 
 
 class EquivalenceStage(Stage):
     name = "equivalence"
-    version = "1"
+    version = "2"  # 2: outputs compared in both phases of the clock
     # Stable codes of this stage's own ids in results rows (rtlreward.codes).
     codes: ClassVar[dict[str, str]] = {"sim-timeout": "timeout", "compile-failed": "compile_error"}
     requires = ("safety",)
@@ -764,7 +765,8 @@ class EquivalenceStage(Stage):
                 if _missing_tool(run, "vvp") or run.returncode == 127:
                     return _Sim(None, "missing")
                 cut = run.timed_out or run.returncode in (124, 137)
-                return _Sim(diffsim.parse_trace(run.stdout, nonce, plan, len(stim)), "", run.duration, cut)
+                low, high = diffsim.parse_phases(run.stdout, nonce, plan, len(stim))
+                return _Sim(low, "", run.duration, cut, high=high)
             tb_name, tb = diffsim.testbench(plan, nonce, len(stim), "stim.hex", capacity=capacity)
         else:
             nonce = secrets.token_hex(8)
@@ -809,8 +811,8 @@ class EquivalenceStage(Stage):
             return _Sim(None, msg, run.duration, limit=hit)
         if _missing_tool(run, "vvp"):
             return _Sim(None, "missing")
-        trace = diffsim.parse_trace(run.stdout, nonce, plan, len(stim))
-        return _Sim(trace, "", run.duration, run.timed_out)
+        trace, high = diffsim.parse_phases(run.stdout, nonce, plan, len(stim))
+        return _Sim(trace, "", run.duration, run.timed_out, high=high)
 
     @staticmethod
     def _direct_compile(
@@ -1152,7 +1154,7 @@ class EquivalenceStage(Stage):
                     code="sim-timeout",
                 )
             )
-        return diffsim.compare(plan, stim, g.trace, a.trace), "", "", g.trace
+        return diffsim.compare_phases(plan, stim, g.trace, a.trace, g.high, a.high), "", "", g.trace
 
     def _unsimulated(
         self,

@@ -188,12 +188,17 @@ def testbench(
         body.append(
             f"      {{{', '.join(f'in_{p.name}' for p in plan.inputs)}}} = rtlreward_stim[rtlreward_i];"
         )
+    # Outputs are sampled in both phases of the clock: low (before the rising edge) and, under the name
+    # `@<nonce>h`, high (before the falling edge). A design that reads its clock on both edges or as data
+    # (VerilogEval Prob078's `q = clk ? qp : qn`) differs from the reference in one phase only.
+    high = [f'      $display("@{nonce}{HIGH} {fmt}", {args});', "      #1;"] if plan.clocks else ["      #1;"]
     body += [
         "      #3;",
         f'      $display("@{nonce} {fmt}", {args});',
         "      #1;",
         *[f"      clk_{c} = 1'b1;" for c in plan.clocks],
-        "      #5;",
+        "      #4;",
+        *high,
         *[f"      clk_{c} = 1'b0;" for c in plan.clocks],
         "    end",
         f'    $display("@{nonce} end");',
@@ -221,6 +226,33 @@ class Trace:
 
     samples: tuple[tuple[str, ...] | None, ...]  # None: no sample for that cycle (the run stopped early)
     complete: bool  # the testbench reached its end
+
+
+HIGH = "h"  # the suffix of the nonce on the lines sampled in the clock's high phase (`testbench`)
+
+
+def parse_phases(output: str, nonce: str, plan: SimPlan, cycles: int) -> tuple[Trace, Trace | None]:
+    """The low-phase trace and, for a clocked plan, the high-phase one (`testbench`)."""
+    low = parse_trace(output, nonce, plan, cycles)
+    if not plan.clocks:
+        return low, None
+    high = parse_trace(output, nonce + HIGH, plan, cycles)
+    return low, attrs.evolve(high, complete=low.complete)
+
+
+def compare_phases(
+    plan: SimPlan, stim: Stimulus, gold: Trace, gate: Trace, gold_high: Trace | None, gate_high: Trace | None
+) -> Comparison:
+    """`compare` in the low phase and, where both traces have one, the high phase: a bit that differs in either
+    differs; the first difference is the low phase's, else the high phase's."""
+    low = compare(plan, stim, gold, gate)
+    if gold_high is None or gate_high is None:
+        return low
+    high = compare(plan, stim, gold_high, gate_high)
+    if high.first is None:
+        return low
+    bits = {n: low.mismatched_bits[n] | high.mismatched_bits.get(n, frozenset()) for n in low.mismatched_bits}
+    return attrs.evolve(low, mismatched_bits=bits, first=low.first or high.first)
 
 
 def parse_trace(output: str, nonce: str, plan: SimPlan, cycles: int) -> Trace:
