@@ -110,7 +110,7 @@ def _compile(tmp_path: Path, ex, text: str, launcher: bool, monkeypatch):
     ctx = make_ctx(tmp_path, TASK, files={"TopModule.sv": text})
     ctx.executor = ex
     if launcher:
-        monkeypatch.setattr(rtlreward_compile, "direct_elaboration", lambda *a: None)
+        monkeypatch.setattr(rtlreward_compile, "direct_command", lambda *a, **k: None)
     r = get_registry().stages()["compile"].run(ctx)
     monkeypatch.undo()
     diags = sorted(repr((d.code, d.file, d.line, d.severity, d.message)) for d in r.diagnostics)
@@ -159,14 +159,28 @@ def test_a_macro_goes_through_the_launcher(tmp_path, monkeypatch):
     assert [a[0] for a in ex.argvs] == ["iverilog"]
 
 
+def _variants(limit: int, step: int, more=lambda ref: []) -> list[tuple[Task, str]]:
+    """(task, answer) for every `step`-th of the first `limit` VerilogEval problems: the reference, two mutants,
+    an all-zeros stub, a syntax error (Icarus's message) and what `more(reference)` adds."""
+    from rtlreward.integration import load_tasks
+    from rtlreward_hdl.mutate import mutants
+    from rtlreward_hdl.stubs import stub_designs
+
+    out = []
+    for task in load_tasks("verilog-eval", skip_known_issues=True, limit=limit)[::step]:
+        ref = next(iter(task.reference.values()))
+        answers = [ref, *(next(iter(m.files.values())) for m in mutants(dict(task.reference), limit=2))]
+        answers.append(next(iter(stub_designs(task)["zeros"].values())))
+        answers.append(ref.replace("endmodule", "  wire [3:0] w = ;\nendmodule"))
+        out += [(task, a) for a in [*answers, *more(ref)]]
+    return out
+
+
 def test_the_equivalence_stage_simulates_the_same_with_ivl(tmp_path, monkeypatch):
     """The differential simulation's compile (the answer's testbench and design, for `vvp`) through `ivl` itself:
     the same rewards, verdicts, figures and messages as through the launcher."""
     import rtlreward_equivalence
     from rtlreward.engine import Engine
-    from rtlreward.integration import load_tasks
-    from rtlreward_hdl.mutate import mutants
-    from rtlreward_hdl.stubs import stub_designs
 
     def seen(reward):
         st = reward.stages["equivalence"]
@@ -174,19 +188,13 @@ def test_the_equivalence_stage_simulates_the_same_with_ivl(tmp_path, monkeypatch
         return reward.total, st.status.value, metrics, sorted(d.message for d in st.diagnostics)
 
     ex = Recording()
-    cases = []
-    for task in load_tasks("verilog-eval", skip_known_issues=True, limit=30)[::3]:
-        ref = next(iter(task.reference.values()))
-        answers = [ref, *(next(iter(m.files.values())) for m in mutants(dict(task.reference), limit=2))]
-        answers.append(next(iter(stub_designs(task)["zeros"].values())))
-        answers.append(ref.replace("endmodule", "  wire [3:0] w = ;\nendmodule"))  # Icarus's message
-        cases += [(task, {"TopModule.sv": a}) for a in answers]
+    cases = [(task, {"TopModule.sv": a}) for task, a in _variants(limit=30, step=3)]
     differ = []
     with Engine("equiv", executor=ex, cache=False, jobs=1, workspace_root=tmp_path / "ws") as eng:
         ex.argvs.clear()
         fast = [seen(eng.score(t, files)) for t, files in cases]
         direct = sum(" ".join(a).count("/ivl -C") for a in ex.argvs)
-        monkeypatch.setattr(rtlreward_equivalence, "direct_elaboration", lambda *a, **k: None)
+        monkeypatch.setattr(rtlreward_equivalence, "direct_command", lambda *a, **k: None)
         ex.argvs.clear()
         slow = [seen(eng.score(t, files)) for t, files in cases]
         assert not any("/ivl -C" in " ".join(a) for a in ex.argvs)
@@ -237,26 +245,15 @@ def test_the_tests_stage_judges_the_same_through_ivl(tmp_path, monkeypatch):
     testbench: the same verdicts, mismatch counts and messages through `ivl` as through the launcher."""
     from verilog_eval_helpers import run_harness
 
-    from rtlreward.integration import load_tasks
     from rtlreward_hdl import simrun
-    from rtlreward_hdl.mutate import mutants
-    from rtlreward_hdl.stubs import stub_designs
 
     def seen(r):
         keep = {k: v for k, v in r.metrics.items() if "seconds" not in k and "duration" not in k}
         return r.status.value, r.score, keep, sorted(d.message for d in r.diagnostics)
 
     ex = Recording()
-    cases = []
-    for task in load_tasks("verilog-eval", skip_known_issues=True, limit=48)[::4]:
-        ref = next(iter(task.reference.values()))
-        answers = [ref, *(next(iter(m.files.values())) for m in mutants(dict(task.reference), limit=2))]
-        answers.append(next(iter(stub_designs(task)["zeros"].values())))
-        answers.append(ref.replace("endmodule", "  wire [3:0] w = ;\nendmodule"))
-        answers.append(
-            ref.replace("endmodule", '  initial $display("Mismatches: 0 in 20 samples");\nendmodule')
-        )
-        cases += [(task, a) for a in answers]
+    forged = '  initial $display("Mismatches: 0 in 20 samples");\nendmodule'  # the verdict line, printed
+    cases = _variants(limit=48, step=4, more=lambda ref: [ref.replace("endmodule", forged)])
     fast, slow, direct = [], [], 0
     for i, (task, a) in enumerate(cases):
         ex.argvs.clear()

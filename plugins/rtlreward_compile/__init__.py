@@ -19,7 +19,7 @@ from rtlreward_hdl.files import (
     toplevel,
     unsafe_includes,
 )
-from rtlreward_hdl.icarus import direct_elaboration, iverilog_version, parse_iverilog, place
+from rtlreward_hdl.icarus import direct_command, iverilog_version, parse_iverilog
 from rtlreward_hdl.preprocess import inert
 
 __all__ = ["CompileStage"]
@@ -102,19 +102,12 @@ class CompileStage(Stage):
     def _direct(
         ctx: StageContext, root, files: dict[str, str], sources: list[str], top: str | None
     ) -> list[str] | None:
-        """`ivl` itself in place of the `iverilog` launcher (`rtlreward_hdl.icarus.direct_elaboration`), where the
+        """`ivl` itself in place of the `iverilog` launcher (`rtlreward_hdl.icarus.direct_command`), where the
         tools run on this machine's Icarus, no flag was added and no source is one a preprocessor would change:
         the same elaboration, the same messages, ~3 ms less."""
-        if getattr(ctx.executor, "name", "") != "local" or ctx.options.get("flags"):
+        if ctx.options.get("flags") or not inert(files.get(s, "") for s in sources):
             return None
-        if not inert(files.get(s, "") for s in sources):
-            return None
-        which = getattr(ctx.executor, "which", None)
-        got = direct_elaboration(sources, files, top, which("iverilog") if callable(which) else None)
-        if got is None:
-            return None
-        argv, extra = got
-        return argv if place(root, extra) else None
+        return direct_command(ctx.executor, root, sources, files, top)
 
 
 def _limit(ctx: StageContext, res) -> Diagnostic | None:

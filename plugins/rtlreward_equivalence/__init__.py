@@ -40,7 +40,7 @@ from rtlreward import hookimpl
 from rtlreward.model import Diagnostic, StageResult, Status
 from rtlreward.sandbox import CommandResult, resource_exhaustion
 from rtlreward.stage import Stage, StageContext, UnsafePath, safe_relpath
-from rtlreward_hdl.icarus import direct_elaboration, place
+from rtlreward_hdl.icarus import direct_command
 from rtlreward_hdl.preprocess import inert
 from rtlreward_hdl.simrun import compile_then_run
 from rtlreward_hdl.slang import ExpansionTooLarge
@@ -821,8 +821,6 @@ class EquivalenceStage(Stage):
         """Icarus's compiler (`ivl`) itself in place of the `iverilog` launcher where nothing of the testbench or
         the design is one a preprocessor would change (`rtlreward_hdl.icarus.direct_elaboration`): the same
         program, ~3 ms less. None: the launcher runs."""
-        if getattr(ctx.executor, "name", "") != "local":
-            return None
         texts = {f"{rel}/tb.sv": tb}
         for u in files.units:
             try:
@@ -831,20 +829,10 @@ class EquivalenceStage(Stage):
                 return None
         if not inert(texts.values()):
             return None
-        which = getattr(ctx.executor, "which", None)
-        got = direct_elaboration(
-            [f"{rel}/tb.sv", *files.units],
-            texts,
-            tb_name,
-            which("iverilog") if callable(which) else None,
-            target="vvp",
-            out=f"{rel}/tb.vvp",
-            folder=rel,
+        sources = [f"{rel}/tb.sv", *files.units]
+        return direct_command(
+            ctx.executor, work, sources, texts, tb_name, target="vvp", out=f"{rel}/tb.vvp", folder=rel
         )
-        if got is None:
-            return None
-        argv, extra = got
-        return argv if place(work, extra) else None
 
     # -- the stage -----------------------------------------------------------------------------------------
     def run(self, ctx: StageContext) -> StageResult:

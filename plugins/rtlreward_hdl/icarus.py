@@ -25,9 +25,12 @@ from rtlreward_hdl.files import OUTSIDE_MESSAGE, relative_file
 __all__ = [
     "capture_setup",
     "captured_command",
+    "direct_command",
     "direct_elaboration",
     "iverilog_version",
     "ivl_folder",
+    "line_name",
+    "local_launcher",
     "parse_iverilog",
     "place",
 ]
@@ -124,9 +127,11 @@ def _ivl_base_of(exe: str, size: int, mtime: int) -> str | None:
 
 def ivl_folder(launcher: str | None) -> str | None:
     """Icarus's library folder (`ivl`, `ivlpp`, the targets) beside the launcher at `launcher`, any version."""
-    if not launcher:
-        return None
-    exe = os.path.realpath(launcher)
+    return _ivl_folder_of(os.path.realpath(launcher)) if launcher else None
+
+
+@functools.lru_cache(maxsize=8)
+def _ivl_folder_of(exe: str) -> str | None:
     prefix = os.path.dirname(os.path.dirname(exe))
     for base in (
         os.path.join(prefix, "lib", "ivl"),
@@ -135,6 +140,32 @@ def ivl_folder(launcher: str | None) -> str | None:
         if all(os.path.isfile(os.path.join(base, f)) for f in _BASE_FILES):
             return base if "\n" not in base and '"' not in base else None
     return None
+
+
+def line_name(name: str) -> bool:
+    """Whether `name` can stand in a `` `line`` directive and a configuration line as it is."""
+    return _PLAIN_NAME_RE.fullmatch(name) is not None
+
+
+def local_launcher(executor) -> str | None:
+    """The `iverilog` a command of `executor` runs, where that is this machine's (the local executor, on its own
+    PATH); None elsewhere (a container has its own Icarus) or where there is none."""
+    which = getattr(executor, "which", None)
+    if getattr(executor, "name", "") != "local" or not callable(which):
+        return None
+    return which("iverilog")
+
+
+def direct_command(
+    executor, cwd: str | os.PathLike, sources: Sequence[str], texts: Mapping[str, str], top: str | None, **kw
+) -> list[str] | None:
+    """`direct_elaboration` for a command of `executor` run in `cwd`, its files placed there (`place`): the argv
+    to run in place of the launcher's, or None where the launcher runs. The caller checked `inert`."""
+    got = direct_elaboration(sources, texts, top, local_launcher(executor), **kw)
+    if got is None:
+        return None
+    argv, extra = got
+    return argv if place(cwd, extra) else None
 
 
 def direct_elaboration(
@@ -158,11 +189,10 @@ def direct_elaboration(
         return None
     if target not in ("null", "vvp") or not os.path.isfile(os.path.join(base, f"{target}.conf")):
         return None
-    if not _PLAIN_NAME_RE.fullmatch(out) or (folder and not _PLAIN_NAME_RE.fullmatch(folder)):
+    if not line_name(out) or (folder and not line_name(folder)):
         return None
     if any(
-        not _PLAIN_NAME_RE.fullmatch(s) or s not in texts or s.split("/")[-1].startswith("_rtlreward_ivl")
-        for s in sources
+        not line_name(s) or s not in texts or s.split("/")[-1].startswith("_rtlreward_ivl") for s in sources
     ):
         return None
     config = (f"root:{top}\n" if top else "") + _IVL_CONFIG_2012.format(base=base, out=out)

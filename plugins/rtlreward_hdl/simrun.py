@@ -45,10 +45,14 @@ from rtlreward.stage import StageContext, UnsafePath, safe_relpath, write_files
 from rtlreward_hdl.files import SOURCE_EXTS, strip_comments, unsafe_includes
 from rtlreward_hdl.icarus import (
     CAPTURE_BASE,
+    CONFIG_FILE,
+    INPUT_FILE,
     capture_setup,
     captured_command,
     iverilog_version,
     ivl_folder,
+    line_name,
+    local_launcher,
     parse_iverilog,
     place,
 )
@@ -376,8 +380,6 @@ def run_testbench(
 _TB_CAPTURES: dict[str, tuple[list[str], str, str] | None] = {}
 _TB_LOCK = threading.Lock()
 _PLACEHOLDER = "@@rtlreward-" + "0" * 16 + "@@"  # the shape of `new_tag()`'s tags
-_DIRECT_CONFIG, _DIRECT_INPUT = "_rtlreward_ivl.conf", "_rtlreward_ivl.v"
-_LINE_NAME_RE = re.compile(r"[A-Za-z0-9_./+-]+")
 
 
 def _direct_compile(
@@ -394,15 +396,10 @@ def _direct_compile(
     else), or None where the launcher must run: another executor than this machine's, no launcher on its PATH,
     an answer a preprocessor would change, a name a `` `line`` directive cannot carry, a testbench the launcher
     did not preprocess cleanly."""
-    if getattr(ctx.executor, "name", "") != "local":
-        return None
-    which = getattr(ctx.executor, "which", None)
-    launcher = which("iverilog") if callable(which) else None
+    launcher = local_launcher(ctx.executor)
     if ivl_folder(launcher) is None or not inert(answer[p] for p in sources):
         return None
-    if any(not _LINE_NAME_RE.fullmatch(p) for p in sources) or any(
-        _PLACEHOLDER in v for v in harness.values()
-    ):
+    if not all(line_name(p) for p in sources) or any(_PLACEHOLDER in v for v in harness.values()):
         return None
     n = len(sources)
     if list(argv[len(argv) - len(testbench) - n : len(argv) - len(testbench)]) != [f"./{p}" for p in sources]:
@@ -429,9 +426,9 @@ def _direct_compile(
     # ivlpp -L: each file after a `line directive naming it as the launcher was given it, a newline between files
     head = "\n".join(f'`line 1 "./{p}" 0\n{answer[p]}' for p in sources)
     text = head + "\n" + tb_text.replace(_PLACEHOLDER, tag)
-    if not place(root, {_DIRECT_CONFIG: config, _DIRECT_INPUT: text}):
+    if not place(root, {CONFIG_FILE: config, INPUT_FILE: text}):
         return None
-    return [{"-C{config}": f"-C{_DIRECT_CONFIG}", "{input}": _DIRECT_INPUT}.get(a, a) for a in ivl]
+    return [{"-C{config}": f"-C{CONFIG_FILE}", "{input}": INPUT_FILE}.get(a, a) for a in ivl]
 
 
 def _capture_testbench(
