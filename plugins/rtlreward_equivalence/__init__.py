@@ -41,6 +41,7 @@ from rtlreward.model import Diagnostic, StageResult, Status
 from rtlreward.sandbox import CommandResult, resource_exhaustion
 from rtlreward.stage import Stage, StageContext, UnsafePath, safe_relpath
 from rtlreward_hdl.icarus import direct_command
+from rtlreward_hdl.kept import Kept
 from rtlreward_hdl.preprocess import inert
 from rtlreward_hdl.simrun import compile_then_run
 from rtlreward_hdl.slang import ExpansionTooLarge
@@ -178,8 +179,7 @@ class _Views:
 
 # The reference's compiled testbench (`EquivalenceStage._simulate`), per reference, plan and stimulus capacity, and
 # the nonce its trace lines carry (this process's own: the reference is trusted and runs alone).
-_GOLD_VVPS: dict[str, bytes] = {}
-_GOLD_VVPS_LOCK = threading.Lock()
+_GOLD_VVPS = Kept(128)
 _GOLD_VVP_MAX = 8 << 20
 _GOLD_NONCE = secrets.token_hex(8)
 
@@ -209,15 +209,13 @@ def _reference_key(ctx: StageContext, work: Path, side: _Side, *what: Any) -> st
 # The reference's side of the miter (`EquivalenceStage._gold_rtlil`) as Yosys's RTLIL, per reference file, text, script
 # and Yosys: read, elaborated and x-encoded once per task, not once per proof. None: the reference's side alone did
 # not read (the full script runs, and says why).
-_GOLD_RTLILS: dict[str, bytes | None] = {}
-_GOLD_RTLILS_LOCK = threading.Lock()
+_GOLD_RTLILS = Kept(64)
 _GOLD_RTLIL_MAX = 4 << 20
 GOLD_RTLIL = "gold.il"
 
 # The reference's view (`EquivalenceStage._views`), per its texts and include folders: Icarus preprocesses it once
 # per task, not once per sample.
-_GOLD_VIEWS: dict[str, str] = {}
-_GOLD_VIEWS_LOCK = threading.Lock()
+_GOLD_VIEWS = Kept(256)
 
 # Whether a reference proves against itself (`EquivalenceStage._self_proof`), per reference text, plan and toolchain.
 SELF_PROOF_VERSION = "1"
@@ -342,9 +340,9 @@ class EquivalenceStage(Stage):
         }
         gold_key = _reference_key(ctx, work, gold, "view")
         preprocessed: dict[str, str | None] = {}
-        with _GOLD_VIEWS_LOCK:
-            if gold_key in _GOLD_VIEWS:
-                preprocessed["gold"] = _GOLD_VIEWS[gold_key]
+        known, kept = _GOLD_VIEWS.lookup(gold_key)
+        if known:
+            preprocessed["gold"] = kept
         for side in ("gold", "gate"):
             if side not in preprocessed and inert(t for _, t in texts[side]):
                 preprocessed[side] = "".join(t for _, t in texts[side])
@@ -370,10 +368,7 @@ class EquivalenceStage(Stage):
                 ok = not res.timed_out and text is not None and (rc or "").strip() == "0"
                 preprocessed[side] = text if ok else None
         if preprocessed["gold"] is not None:
-            with _GOLD_VIEWS_LOCK:
-                _GOLD_VIEWS[gold_key] = preprocessed["gold"]
-                while len(_GOLD_VIEWS) > 256:
-                    _GOLD_VIEWS.pop(next(iter(_GOLD_VIEWS)))
+            _GOLD_VIEWS.put(gold_key, preprocessed["gold"])
         out: dict[str, Any] = {}
         for side, files in (("gold", gold), ("gate", gate)):
             text = preprocessed[side]
@@ -647,9 +642,7 @@ class EquivalenceStage(Stage):
             ).encode("utf-8", "surrogatepass")
         ).hexdigest()
         seconds = 0.0
-        with _GOLD_RTLILS_LOCK:
-            known = key in _GOLD_RTLILS
-            raw = _GOLD_RTLILS.get(key)
+        known, raw = _GOLD_RTLILS.lookup(key)
         if not known:
             sub = work / f"gold_rtlil_{secrets.token_hex(4)}"
             sub.mkdir()
@@ -658,10 +651,7 @@ class EquivalenceStage(Stage):
             seconds = res.duration
             raw = _read_bytes(sub / GOLD_RTLIL, _GOLD_RTLIL_MAX) if res.returncode == 0 else None
             if raw is not None or not res.timed_out:  # a machine's time limit is asked again next time
-                with _GOLD_RTLILS_LOCK:
-                    _GOLD_RTLILS[key] = raw
-                    while len(_GOLD_RTLILS) > 64:
-                        _GOLD_RTLILS.pop(next(iter(_GOLD_RTLILS)))
+                _GOLD_RTLILS.put(key, raw)
             shutil.rmtree(sub, ignore_errors=True)
         if raw is None:
             return None, seconds
@@ -755,8 +745,7 @@ class EquivalenceStage(Stage):
             nonce, capacity = _GOLD_NONCE, 1 << max(8, (len(stim) - 1).bit_length())
             run_argv.append(f"+{diffsim.CYCLES_PLUSARG}={len(stim)}")
             key = _reference_key(ctx, work, files, "testbench", repr(plan), capacity)
-            with _GOLD_VVPS_LOCK:
-                program = _GOLD_VVPS.get(key)
+            program = _GOLD_VVPS.get(key)
             if program is not None:
                 (sim_dir / "tb.vvp").write_bytes(program)
                 run = ctx.run(
@@ -789,10 +778,7 @@ class EquivalenceStage(Stage):
         if key is not None and res is not None and res.returncode == 0 and not run.timed_out:
             program = _read_bytes(sim_dir / "tb.vvp", _GOLD_VVP_MAX)
             if program is not None:
-                with _GOLD_VVPS_LOCK:
-                    _GOLD_VVPS[key] = program
-                    while len(_GOLD_VVPS) > 128:
-                        _GOLD_VVPS.pop(next(iter(_GOLD_VVPS)))
+                _GOLD_VVPS.put(key, program)
         if res is None:
             if _missing_tool(run, "sh"):
                 return _Sim(None, "missing")

@@ -33,7 +33,6 @@ import re
 import secrets
 import shlex
 import shutil
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -56,6 +55,7 @@ from rtlreward_hdl.icarus import (
     parse_iverilog,
     place,
 )
+from rtlreward_hdl.kept import Kept
 from rtlreward_hdl.preprocess import (
     FILE_NAMES,
     ICARUS,
@@ -377,8 +377,7 @@ def run_testbench(
 # so the launcher runs once per task on the testbench alone, with an `ivl` that records what it was given
 # (`rtlreward_hdl.icarus.captured_command`), and every answer is compiled by `ivl` itself on its own text followed
 # by that preprocessed testbench. The testbench is tagged with a placeholder there, replaced by the run's tag.
-_TB_CAPTURES: dict[str, tuple[list[str], str, str] | None] = {}
-_TB_LOCK = threading.Lock()
+_TB_CAPTURES = Kept(64)  # per Icarus, flags and testbench: (ivl's argv, configuration, text), or None
 _PLACEHOLDER = "@@rtlreward-" + "0" * 16 + "@@"  # the shape of `new_tag()`'s tags
 
 
@@ -411,15 +410,10 @@ def _direct_compile(
             ensure_ascii=False,
         ).encode("utf-8", "surrogatepass")
     ).hexdigest()
-    with _TB_LOCK:
-        known = key in _TB_CAPTURES
-        got = _TB_CAPTURES.get(key)
+    known, got = _TB_CAPTURES.lookup(key)
     if not known:
         got = _capture_testbench(ctx, root, flags, harness, testbench, launcher)
-        with _TB_LOCK:
-            _TB_CAPTURES[key] = got
-            while len(_TB_CAPTURES) > 64:
-                _TB_CAPTURES.pop(next(iter(_TB_CAPTURES)))
+        _TB_CAPTURES.put(key, got)
     if got is None:
         return None
     ivl, config, tb_text = got
