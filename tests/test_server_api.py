@@ -73,13 +73,20 @@ def test_metrics_show_load_latency_stage_pass_rates_and_rewards(server, arbiter)
 
 
 def test_every_request_gets_one_log_line(arbiter, caplog):
-    # A server of its own: an earlier test's request on a shared server logs after its answer went out, so its
-    # line could land in this capture.
+    # A server of its own, and only the lines its own thread wrote: a request on an earlier test's server logs
+    # after its answer went out, so its line can land in this capture (the access logger is one for all servers).
+    from rtlreward_server.run import serve_in_thread
+    from rtlreward_server.server import RewardService
+
     caplog.set_level(logging.INFO, logger="rtlreward.server.access")
     engine = Engine(CHEAP, cache=False)
     try:
-        with sh.running(engine, [arbiter]) as server:
-            lines = _three_logged_requests(server, arbiter, caplog)
+        running, thread = serve_in_thread(RewardService(engine, [arbiter]), "127.0.0.1", 0)
+        try:
+            lines = _three_logged_requests(running.url, arbiter, caplog, thread.ident)
+        finally:
+            running.shutdown()
+            running.server_close()
     finally:
         engine.close()
     assert len(lines) == 3, lines
@@ -88,20 +95,21 @@ def test_every_request_gets_one_log_line(arbiter, caplog):
     assert re.fullmatch(r"127\.0\.0\.1 GET /nowhere 404 \d+\.\d{3}s items=0", lines[2]), lines[2]
 
 
-def _three_logged_requests(server: str, arbiter, caplog) -> list[str]:
+def _three_logged_requests(server: str, arbiter, caplog, thread: int) -> list[str]:
     sh.request(server + "/score", {"task_id": arbiter.id, "completion": sh.reply("prose_only")})
     sh.request(server + "/score_batch", {"items": [{"task_id": arbiter.id, "completion": "a"}] * 3})
     sh.request(server + "/nowhere")
     # The line is written when the answer has gone out, so the client can see the answer first: wait for it.
     deadline = time.monotonic() + 30
-    while len(_access_lines(caplog)) < 3 and time.monotonic() < deadline:
+    while len(_access_lines(caplog, thread)) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.2)  # a fourth line, if any, would come now
-    return _access_lines(caplog)
+    return _access_lines(caplog, thread)
 
 
-def _access_lines(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "rtlreward.server.access"]
+def _access_lines(caplog, thread: int) -> list[str]:
+    """The access lines the server running in `thread` wrote."""
+    return [r.getMessage() for r in caplog.records if r.name == "rtlreward.server.access" and r.thread == thread]
 
 
 def test_health_reports_load(server):
