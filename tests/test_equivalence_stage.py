@@ -14,7 +14,7 @@ from equivalence_helpers import run_equivalence
 from rtlreward.model import Candidate, Status, Task
 from rtlreward.plugins import get_registry
 from rtlreward.sandbox.local import LocalExecutor
-from rtlreward_equivalence import DEFAULTS
+from rtlreward_equivalence import DEFAULTS, ORDERS
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("yosys") and shutil.which("yosys-abc") and shutil.which("iverilog")),
@@ -243,17 +243,66 @@ XOR_SOP = "module x1(input a, input b, output y);\n  assign y = (a & ~b) | (~a &
 def test_a_small_combinational_miter_is_decided_without_abc(stage, executor, tmp_path):
     # The same logic on both sides: Yosys's optimisation leaves the miter's output the constant 0 (`structural`).
     # Another structure of the same function, and a wrong one, are decided by evaluating the miter on every input
-    # (`exhaustive`); the wrong one's first differing input is the counterexample the simulation replays.
+    # (`exhaustive`); the wrong one's first differing input is the counterexample the simulation replays (with the
+    # proof first: simulation first, the random runs refute it before any proof, test_simulation_first_*).
     task = comb_task(XOR_GATE, "x1")
     same = check(stage, executor, tmp_path / "same", task, {"rtl/top.sv": "// restated\n" + XOR_GATE})
     assert same.status is Status.PASSED and same.metrics["equivalence"] == "proved", same.feedback
     assert same.metrics["formal_engine"] == "structural"
     other = check(stage, executor, tmp_path / "other", task, {"rtl/top.sv": XOR_SOP})
     assert other.status is Status.PASSED and other.metrics["formal_engine"] == "exhaustive", other.metrics
-    wrong = check(stage, executor, tmp_path / "wrong", task, {"rtl/top.sv": XOR_GATE.replace("^", "&")})
+    wrong = check(
+        stage,
+        executor,
+        tmp_path / "wrong",
+        task,
+        {"rtl/top.sv": XOR_GATE.replace("^", "&")},
+        order="formal-first",
+    )
     assert wrong.status is Status.FAILED and wrong.metrics["formal"] == "cex", wrong.metrics
-    assert wrong.metrics["formal_engine"] == "exhaustive" and wrong.metrics["method"] == "formal", wrong.metrics
+    assert wrong.metrics["formal_engine"] == "exhaustive" and wrong.metrics["method"] == "formal", (
+        wrong.metrics
+    )
     assert "counterexample" in wrong.feedback and "exhaustive" in wrong.feedback, wrong.feedback
+
+
+PARITY = "module p(input [31:0] a, output y);\n  assign y = ^a;\nendmodule\n"
+
+
+def test_simulation_first_refutes_without_a_proof(stage, executor, tmp_path):
+    # The default order: the random runs refute a plainly wrong answer, so no proof is started for it; the same
+    # answer with the proof first is refuted by its counterexample. Both fail.
+    task = comb_task(XOR_GATE, "x1")
+    wrong = {"rtl/top.sv": XOR_GATE.replace("^", "&")}
+    first = check(stage, executor, tmp_path / "sim", task, wrong)
+    assert first.status is Status.FAILED and first.metrics["equivalence"] == "refuted", first.metrics
+    assert first.metrics["formal"] == "skipped" and first.metrics["formal_seconds"] == 0, first.metrics
+    assert first.metrics["method"] == "simulation" and "formal_engine" not in first.metrics, first.metrics
+    proof = check(stage, executor, tmp_path / "formal", task, wrong, order="formal-first")
+    assert proof.status is Status.FAILED and proof.metrics["formal"] == "cex", proof.metrics
+    assert first.score == proof.score == 0.0  # an AND for an XOR: no output bit above a stub's
+
+
+def test_simulation_first_still_proves_and_replays_what_random_runs_miss(stage, executor, tmp_path):
+    # Wrong on one input pattern of 2**32: the random runs agree, so the proof runs, and its counterexample is
+    # replayed in a second simulation before the same random runs.
+    task = comb_task(PARITY, "p")
+    trigger = PARITY.replace("assign y = ^a;", "assign y = (a == 32'hDEADBEEF) ? ~(^a) : ^a;")
+    r = check(stage, executor, tmp_path / "trigger", task, {"rtl/top.sv": trigger})
+    assert r.status is Status.FAILED and r.metrics["equivalence"] == "refuted", r.metrics
+    assert r.metrics["formal"] == "cex" and r.metrics["method"] == "formal", r.metrics
+    assert r.metrics["sim_seeds"] == 2 * DEFAULTS["seeds"] + 1, (
+        r.metrics
+    )  # the random runs, then replay + them
+    good = check(
+        stage, executor, tmp_path / "good", task, {"rtl/top.sv": PARITY.replace("^a", "^{a[15:0], a[31:16]}")}
+    )
+    assert good.status is Status.PASSED and good.metrics["formal"] == "proved" and good.metrics["sim_agrees"]
+
+
+def test_an_unknown_order_is_an_error(stage, executor, tmp_path):
+    r = check(stage, executor, tmp_path, comb_task(XOR_GATE, "x1"), {"rtl/top.sv": XOR_GATE}, order="fastest")
+    assert r.status is Status.ERROR and "order" in r.feedback, r.feedback
 
 
 MUX_WORDS = """module TopModule(input [1023:0] in, input [7:0] sel, output [3:0] out);
@@ -266,7 +315,9 @@ def test_a_wide_word_select_is_proved_within_a_small_yosys_budget(stage, executo
     # VerilogEval Prob021_mux256to1v's reference: a shift by a product that Yosys's techmap and opt turned into a
     # 1024-bit barrel shifter (2.7 s of Yosys, 12 s on 0.23) before peepopt rewrote it into a word select.
     other = MUX_WORDS.replace("{in[sel*4+3], in[sel*4+2], in[sel*4+1], in[sel*4+0]}", "in[sel*4 +: 4]")
-    r = check(stage, executor, tmp_path, comb_task(MUX_WORDS, "TopModule"), {"rtl/top.sv": other}, yosys_seconds=2)
+    r = check(
+        stage, executor, tmp_path, comb_task(MUX_WORDS, "TopModule"), {"rtl/top.sv": other}, yosys_seconds=2
+    )
     assert r.status is Status.PASSED and r.metrics["formal"] == "proved", (r.metrics, r.feedback)
 
 
@@ -383,9 +434,12 @@ def test_attributes_and_pragmas_cannot_inject_yosys_commands(stage, executor, tm
 def test_finish_at_elaboration_cannot_end_a_proof_early(stage, executor, tmp_path):
     """`$finish` in an initial block: Yosys stops with an error (no proof), the simulation loses its samples."""
     wrong = MUX_X.replace("always @(*)", "initial $finish;\n  always @(*)")
-    r = check(stage, executor, tmp_path, comb_task(MUX_0, "m"), {"rtl/top.sv": wrong})
-    assert r.status is Status.FAILED and r.metrics["equivalence"] == "refuted", r.feedback
-    assert r.metrics["formal"] == "error"
+    for order in ORDERS:
+        r = check(
+            stage, executor, tmp_path / order, comb_task(MUX_0, "m"), {"rtl/top.sv": wrong}, order=order
+        )
+        assert r.status is Status.FAILED and r.metrics["equivalence"] == "refuted", r.feedback
+        assert r.metrics["formal"] == ("error" if order == "formal-first" else "skipped"), (order, r.metrics)
 
 
 def test_a_blackbox_attribute_cannot_fake_a_proof(stage, executor, tmp_path, examples):
@@ -519,13 +573,22 @@ def test_ordinary_constructs_are_not_taken_for_a_simulation_mismatch(name):
     [
         ("module m(input a, input b, output reg y);\n  always @(a) y = a & b;\nendmodule\n", "without `b`"),
         ("module m(input [1:0] a, output reg y);\n  always @(a[1]) y = a[0];\nendmodule\n", "not a plain"),
-        ("module m(input clk, input d, output reg q);\n  always @(posedge d) q <= 1;\nendmodule\n", "edge of `d`"),
+        (
+            "module m(input clk, input d, output reg q);\n  always @(posedge d) q <= 1;\nendmodule\n",
+            "edge of `d`",
+        ),
         ("module m(input a, output y);\n  assign #1 y = a;\nendmodule\n", "delay"),
         ("module m(output reg y);\n  always @* y = 1'b1;\nendmodule\n", "reads no signal"),
-        ("module m(input [3:0] a, input b, output reg y);\n  function f; input [3:0] x; f = x[0] ^ b; endfunction\n"
-         "  always @* y = f(a);\nendmodule\n", "a call of `f`"),
-        ("module m(input a, input b, output reg y);\n  generate if (1) begin : g\n    always @(a) y = a | b;\n"
-         "  end endgenerate\nendmodule\n", "without `b`"),
+        (
+            "module m(input [3:0] a, input b, output reg y);\n  function f; input [3:0] x; f = x[0] ^ b; endfunction\n"
+            "  always @* y = f(a);\nendmodule\n",
+            "a call of `f`",
+        ),
+        (
+            "module m(input a, input b, output reg y);\n  generate if (1) begin : g\n    always @(a) y = a | b;\n"
+            "  end endgenerate\nendmodule\n",
+            "without `b`",
+        ),
     ],
 )
 def test_a_simulation_mismatch_is_named(text, why):

@@ -3,11 +3,12 @@
 A harness only checks what its tests check (the official CVDP LFSR harness passes a design whose output is constant
 0); the reference design is a complete specification. This stage compares the two:
 
-1. formal first (Yosys builds a miter of the two designs, ABC's PDR proves it or finds a counterexample; when PDR
-   does not decide within its budget, BMC checks a bound): `proved`, `bounded(N)` or a counterexample;
-2. differential simulation (Icarus, seeded random stimulus after reset, several seeds, every output every cycle)
-   where Yosys cannot read a design, the proof does not decide, or to replay a formal counterexample with the
-   simulator's values (x in the reference is a don't-care);
+1. differential simulation first (Icarus, seeded random stimulus after reset, several seeds, every output every
+   cycle in both phases of the clock; x in the reference is a don't-care): an answer it refutes needs no proof
+   (`order = "formal-first"` puts the proof first);
+2. formal (Yosys builds a miter of the two designs, which the warm server decides or ABC's PDR proves or refutes;
+   when PDR does not decide within its budget, BMC checks a bound): `proved`, `bounded(N)` or a counterexample,
+   replayed in a second simulation; a proof counts only where the simulation of the same text agrees;
 3. partial credit: the share of output bits that never differed, so one wrong output of four earns more than four;
 4. the first differing cycle, the inputs up to it, and expected/actual per output, as feedback a model can act on.
 
@@ -72,6 +73,9 @@ DEFAULTS: dict[str, Any] = {
     "bmc_timeout": 3.0,  # seconds for the bounded check when PDR does not decide
     "bmc_frames": 64,
     "simulate": True,
+    # "simulation-first": the random runs before the proof, which only answers they do not refute get;
+    # "formal-first": the proof first, its counterexample replayed (the shortest first difference as feedback)
+    "order": "simulation-first",
     "seeds": 3,
     "cycles": 256,  # per seed
     "reset_cycles": 1,
@@ -90,6 +94,7 @@ DEFAULTS: dict[str, Any] = {
     "yosys_seconds": 10.0,  # Yosys's budget to read and flatten both designs and build the miter
     "yosys_memory_mb": 2048,  # and its memory: a design that instantiates itself is cut here, not at the limit
 }
+ORDERS = ("simulation-first", "formal-first")
 MAX_ROWS = 16  # input rows shown in a counterexample
 
 
@@ -279,7 +284,7 @@ class _Sim:
 
 class EquivalenceStage(Stage):
     name = "equivalence"
-    version = "2"  # 2: outputs compared in both phases of the clock
+    version = "3"  # 2: outputs compared in both phases of the clock; 3: simulation first (`order`)
     # Stable codes of this stage's own ids in results rows (rtlreward.codes).
     codes: ClassVar[dict[str, str]] = {"sim-timeout": "timeout", "compile-failed": "compile_error"}
     requires = ("safety",)
@@ -824,6 +829,12 @@ class EquivalenceStage(Stage):
     def run(self, ctx: StageContext) -> StageResult:
         task = ctx.task
         opts = {**DEFAULTS, **ctx.options}
+        if opts["order"] not in ORDERS:
+            return self._fail(
+                Status.ERROR,
+                f"stage.equivalence.options.order is {opts['order']!r}; it is one of {', '.join(ORDERS)}",
+                "bad-option",
+            )
         reference = hdl_only(task.reference)
         if not reference:
             return self._fail(
@@ -940,7 +951,7 @@ class EquivalenceStage(Stage):
             gold_file, gold_map = "gold.ys.v", views.gold[1]
         maps = {"gold.ys.v": gold_map, "gate.ys.v": gate_map}
 
-        # 1. formal
+        # 1. what can run: the formal step's and the simulation's preconditions
         cand = {p.name: p for p in cand_ports}
         extra = tuple(p.name for p in cand_ports if p.name not in {r.name for r in ref_ports})
         widths_differ = [p.name for p in ref_ports if (cand[p.name].width or 1) != (p.width or 1)]
@@ -960,9 +971,13 @@ class EquivalenceStage(Stage):
             why_not, answer_side = "the answer has an extra port that is not a plain identifier", True
         elif gate_view.problem:
             why_not, answer_side = gate_view.problem, True
-        if why_not:
-            fres = _Formal("skipped", note=f"no formal check: {why_not}", answer_side=answer_side)
-        else:
+        simulates = not odd and bool(opts["simulate"])
+        if extra:
+            metrics["extra_ports"] = len(extra)
+
+        def formal_step() -> _Formal:
+            if why_not:
+                return _Formal("skipped", note=f"no formal check: {why_not}", answer_side=answer_side)
             fres = self._formal(ctx, work, plan, gold_file, "gate.ys.v", drop_ports=extra, maps=maps)
             edges = (*timing.clocks, *([timing.reset.name] if timing.reset else []))
             mismatch = view.simulation_mismatch(gate_view.text, edges) if fres.outcome == "proved" else ""
@@ -971,30 +986,64 @@ class EquivalenceStage(Stage):
                 # still is (the simulation replays it): a construct like this never turns a refutation into the
                 # undecided share.
                 note = f"no proof counted: the answer holds {mismatch}"
-                fres = _Formal("skipped", note=note, seconds=fres.seconds, answer_side=True)
+                return _Formal("skipped", note=note, seconds=fres.seconds, answer_side=True)
+            return fres
+
+        def record(fres: _Formal) -> None:
+            metrics["formal_seconds"] = round(metrics.get("formal_seconds", 0.0) + fres.seconds, 4)
+            metrics["formal"] = fres.outcome
+            if fres.note:
+                notes.append(Diagnostic(fres.note, severity="info", code=f"formal-{fres.outcome}"))
+
+        # 2. Simulation first (`order`): the seeded random runs through both designs. An answer they already
+        # refute, or one Icarus rejects, fails whatever a proof would say, so it costs no proof; the others are
+        # proved, and a formal counterexample is then replayed in a second simulation, before the same random
+        # runs (so such an answer is compared on the same stimulus as under `formal-first`).
+        sim: Any = None
+        if simulates and opts["order"] == "simulation-first" and not why_not:
+            stim, replay_cycles = self._stimulus(ctx, plan, _Formal("skipped"), factor=1)
+            sim = self._compare(ctx, work, gold, gate, plan, stim, metrics, notes)
+            if isinstance(sim, StageResult):
+                return sim
+            decided = sim[2] or (sim[0] is not None and sim[0].first is not None)
+            if decided:
+                fres = _Formal("skipped", note="no formal check: the simulation already refutes the answer")
+                record(fres)
+                comparison, gold_error, gate_error, gold_trace = sim
+                return self._verdict(
+                    fres,
+                    plan,
+                    stim,
+                    replay_cycles,
+                    comparison,
+                    metrics,
+                    notes,
+                    gold_error,
+                    gate_error,
+                    gold_trace,
+                    opts,
+                    simulation_only=False,
+                )
+        fres = formal_step()
         if fres.outcome == "missing":
             return self._fail(Status.ERROR, fres.note, "tool-missing")
-        metrics["formal_seconds"] = round(fres.seconds, 4)
-        metrics["formal"] = fres.outcome
-        if extra:
-            metrics["extra_ports"] = len(extra)
-        if fres.note:
-            notes.append(Diagnostic(fres.note, severity="info", code=f"formal-{fres.outcome}"))
+        record(fres)
 
-        # 2. simulation: replay a formal counterexample, then seeded random stimulus. Always, after a proof too: a
+        # 3. simulation: replay a formal counterexample, then seeded random stimulus. Always, after a proof too: a
         # proof is trusted only when a simulation of the same text agrees (an incomplete sensitivity list, a
         # latch, a delay is read one way by Yosys and another by the simulator).
-        if odd or not opts["simulate"]:
+        if not simulates:
             reason = (
                 "simulation disabled by the profile"
                 if not opts["simulate"]
                 else (f"port {odd[0].name} cannot be driven by the generated testbench")
             )
             return self._unsimulated(fres, plan, metrics, notes, reason, opts)
-        stim, replay_cycles = self._stimulus(ctx, plan, fres, factor=1)
-        sim = self._compare(ctx, work, gold, gate, plan, stim, metrics, notes)
-        if isinstance(sim, StageResult):
-            return sim
+        if sim is None or fres.outcome == "cex":
+            stim, replay_cycles = self._stimulus(ctx, plan, fres, factor=1)
+            sim = self._compare(ctx, work, gold, gate, plan, stim, metrics, notes)
+            if isinstance(sim, StageResult):
+                return sim
         comparison, gold_error, gate_error, gold_trace = sim
         simulation_only = False
         if comparison is not None and comparison.first is None and fres.outcome != "proved":

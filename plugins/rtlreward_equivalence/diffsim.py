@@ -17,6 +17,7 @@ combinational response to the inputs of cycle i: the same frame a formal step de
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 import secrets
@@ -132,12 +133,12 @@ def stimulus_hex(plan: SimPlan, stim: Stimulus) -> str:
     """One line per cycle: the inputs concatenated in `plan.inputs` order (first input most significant)."""
     width = max(1, plan.input_width)
     digits = (width + 3) // 4
+    fields = [(p.width or 1, (1 << (p.width or 1)) - 1) for p in plan.inputs]
     lines = []
     for row in stim.vectors:
         v = 0
-        for p, x in zip(plan.inputs, row, strict=True):
-            w = p.width or 1
-            v = (v << w) | (x & ((1 << w) - 1))
+        for (w, mask), x in zip(fields, row, strict=True):
+            v = (v << w) | (x & mask)
         lines.append(f"{v:0{digits}x}")
     return "\n".join(lines) + "\n"
 
@@ -232,12 +233,38 @@ HIGH = "h"  # the suffix of the nonce on the lines sampled in the clock's high p
 
 
 def parse_phases(output: str, nonce: str, plan: SimPlan, cycles: int) -> tuple[Trace, Trace | None]:
-    """The low-phase trace and, for a clocked plan, the high-phase one (`testbench`)."""
-    low = parse_trace(output, nonce, plan, cycles)
+    """The low-phase trace and, for a clocked plan, the high-phase one (`testbench`), in one pass over the output:
+    the samples the testbench printed (lines carrying its nonce, which the design cannot know), the first of each
+    cycle; a line of the wrong shape did not come from the testbench and is ignored. Complete: the low phase's
+    `end` line was printed."""
+    low: list[tuple[str, ...] | None] = [None] * cycles
+    high: list[tuple[str, ...] | None] = [None] * cycles
+    complete = False
+    for m in _sample_pattern(nonce, plan).findall(output.replace("\r\n", "\n").lower()):
+        # m: (phase, "end", cycle, *values), as the pattern's groups
+        if m[1]:
+            complete = complete or not m[0]
+            continue
+        i = int(m[2])
+        samples = high if m[0] else low
+        if i < cycles and samples[i] is None:
+            samples[i] = m[3:]
     if not plan.clocks:
-        return low, None
-    high = parse_trace(output, nonce + HIGH, plan, cycles)
-    return low, attrs.evolve(high, complete=low.complete)
+        return Trace(tuple(low), complete), None
+    return Trace(tuple(low), complete), Trace(tuple(high), complete)
+
+
+def _sample_pattern(nonce: str, plan: SimPlan) -> re.Pattern[str]:
+    """A testbench line of either phase, on text in lower case: the phase, then the cycle and every output at its
+    declared width (Icarus prints exactly that; a line of another shape did not come from this testbench), or
+    `end`. Group 1: `h` in the high phase; 2: `end`; 3: the cycle; 4...: the values."""
+    values = "".join(f" ([01xz]{{{p.width or 1}}})" for p in plan.outputs)
+    return _compiled(rf"@{re.escape(nonce.lower())}({HIGH})? (?:(end)|(\d+){values})[ \t\f\v\r]*$")
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, re.M)
 
 
 def compare_phases(
@@ -253,28 +280,6 @@ def compare_phases(
         return low
     bits = {n: low.mismatched_bits[n] | high.mismatched_bits.get(n, frozenset()) for n in low.mismatched_bits}
     return attrs.evolve(low, mismatched_bits=bits, first=low.first or high.first)
-
-
-def parse_trace(output: str, nonce: str, plan: SimPlan, cycles: int) -> Trace:
-    """The samples the testbench printed (lines carrying its nonce, which the design cannot know), the first of
-    each cycle; a line of the wrong shape did not come from the testbench and is ignored."""
-    widths = tuple(p.width or 1 for p in plan.outputs)
-    tag = re.escape(f"@{nonce}")
-    pat = re.compile(rf"{tag} (?:(\d+)((?: [01xzXZ]+)*)|(end))[ \t\f\v\r]*$", re.M)
-    samples: list[tuple[str, ...] | None] = [None] * cycles
-    complete = False
-    for m in pat.finditer(output.replace("\r\n", "\n")):
-        if m.group(3) is not None:
-            complete = True
-            continue
-        values = m.group(2).lower().split()
-        # Icarus prints exactly the declared width; anything else did not come from this testbench.
-        if tuple(map(len, values)) != widths:
-            continue
-        i = int(m.group(1))
-        if i < cycles and samples[i] is None:
-            samples[i] = tuple(values)
-    return Trace(tuple(samples), complete)
 
 
 @attrs.frozen
@@ -313,6 +318,10 @@ def compare(plan: SimPlan, stim: Stimulus, gold: Trace, gate: Trace) -> Comparis
             continue  # the reference did not get here: nothing to compare against
         a = gate.samples[c] if c < len(gate.samples) else None
         compared += 1
+        if a == g:  # the same text: no bit differs (x/z of the reference are don't-cares, 0/1 match)
+            row = "".join(g)
+            defined += len(row) - row.count("x") - row.count("z")
+            continue
         differing = []
         for k, p in enumerate(plan.outputs):
             gv = g[k]
