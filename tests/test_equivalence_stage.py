@@ -300,6 +300,73 @@ def test_simulation_first_still_proves_and_replays_what_random_runs_miss(stage, 
     assert good.status is Status.PASSED and good.metrics["formal"] == "proved" and good.metrics["sim_agrees"]
 
 
+TICKER_PORTS = "input clk, input rst, input ld, input [15:0] d, output [15:0] q, output tick"
+TICKER = f"""module top({TICKER_PORTS});
+  reg [15:0] r; reg [5:0] c;
+  always @(posedge clk) if (rst) begin r <= 0; c <= 0; end else begin c <= c + 1; if (ld) r <= d; end
+  assign q = r;
+  assign tick = (c == 6'd63);
+endmodule
+"""
+
+
+def test_a_visible_bug_does_not_hide_a_bug_behind_a_trigger(stage, executor, tmp_path):
+    # A red-team answer: every bit of q wrong behind a trigger no random run draws, and a cheap visible bug in
+    # `tick`. Refuted by the random runs with credit left to pay, it still gets the proof, whose counterexample
+    # charges the hidden bug: the reward is formal-first's, below the visible bug's alone (it was the same).
+    task = Task(id="ticker", toplevel="top", expected_files=("top.sv",), reference={"top.sv": TICKER})
+    hidden = TICKER.replace("assign q = r;", "assign q = (d == 16'h1234 && !rst) ? ~r : r;")
+    both = hidden.replace("(c == 6'd63);", "(c == 6'd63) | (c == 6'd40);")
+    visible = TICKER.replace("(c == 6'd63);", "(c == 6'd63) | (c == 6'd40);")
+    got = {}
+    for name, text in (("both", both), ("visible", visible)):
+        for order in ORDERS:
+            r = check(stage, executor, tmp_path / f"{name}-{order}", task, {"top.sv": text}, order=order)
+            assert r.status is Status.FAILED and r.metrics["equivalence"] == "refuted", r.metrics
+            got[name, order] = r
+    assert got["both", "simulation-first"].metrics["formal"] == "cex", got["both", "simulation-first"].metrics
+    assert got["both", "simulation-first"].score == got["both", "formal-first"].score
+    assert got["both", "simulation-first"].score < got["visible", "simulation-first"].score
+
+
+@pytest.mark.parametrize(
+    "debug",
+    [
+        '  initial $display("top starts");\n',
+        '  always @(posedge clk) $display("r=%h c=%d", r, c);\n',
+        '  always @(posedge clk) begin $write("."); $strobe("%b", tick); end\n',
+    ],
+)
+def test_a_debug_print_neither_blocks_a_proof_nor_buys_the_undecided_share(stage, executor, tmp_path, debug):
+    # Yosys keeps a print as a cell no miter can hold: the formal step failed, so a correct answer with a debug
+    # print was paid as undecided (0.25), and a wrong one with a trigger-hidden bug earned 0.25 for a print.
+    task = Task(id="ticker", toplevel="top", expected_files=("top.sv",), reference={"top.sv": TICKER})
+    good = check(
+        stage, executor, tmp_path / "good", task, {"top.sv": TICKER.replace("endmodule", debug + "endmodule")}
+    )
+    assert good.status is Status.PASSED and good.metrics["formal"] == "proved", (good.metrics, good.feedback)
+    hidden = TICKER.replace("assign q = r;", "assign q = (d == 16'h1234 && !rst) ? ~r : r;")
+    plain = check(stage, executor, tmp_path / "plain", task, {"top.sv": hidden})
+    printing = check(
+        stage,
+        executor,
+        tmp_path / "print",
+        task,
+        {"top.sv": hidden.replace("endmodule", debug + "endmodule")},
+    )
+    assert plain.metrics["formal"] == printing.metrics["formal"] == "cex", (plain.metrics, printing.metrics)
+    assert printing.score == plain.score < DEFAULTS["undecided"]
+
+
+def test_an_answer_nested_past_the_parsers_limit_fails_instead_of_erring(stage, executor, tmp_path):
+    # pyslang raises a bare RuntimeError past its nesting limit; an error result is one a trainer may drop, so an
+    # answer could escape its penalty with 2,000 parentheses (a red-team pass); Icarus compiles it.
+    deep = XOR_GATE.replace("assign y", "wire u = " + "(" * 2000 + "1'b0" + ")" * 2000 + ";\n  assign y")
+    r = check(stage, executor, tmp_path, comb_task(XOR_GATE, "x1"), {"rtl/top.sv": deep})
+    assert r.status is Status.FAILED and r.score == 0.0, (r.status, r.feedback)
+    assert "parse-limit" in {d.code for d in r.diagnostics} and "nests deeper" in r.feedback
+
+
 def test_an_unknown_order_is_an_error(stage, executor, tmp_path):
     r = check(stage, executor, tmp_path, comb_task(XOR_GATE, "x1"), {"rtl/top.sv": XOR_GATE}, order="fastest")
     assert r.status is Status.ERROR and "order" in r.feedback, r.feedback

@@ -223,7 +223,7 @@ GOLD_RTLIL = "gold.il"
 _GOLD_VIEWS = Kept(256)
 
 # Whether a reference proves against itself (`EquivalenceStage._self_proof`), per reference text, plan and toolchain.
-SELF_PROOF_VERSION = "1"
+SELF_PROOF_VERSION = "2"  # 2: prints dropped from the proof (a reference with a $display proves now)
 SELF_PROOF_BUDGET = 2  # x `formal_timeout`: the self-proof's PDR budget, and an undecided answer's second try
 _SELF_PROOFS: dict[str, bool] = {}
 _SELF_LOCK = threading.Lock()
@@ -863,12 +863,17 @@ class EquivalenceStage(Stage):
             )
         try:
             cand_ports = module_ports(gate_files, top)
-        except (
-            ExpansionTooLarge
-        ) as e:  # pyslang reads the answer in this process: its macros are refused first
+        except ExpansionTooLarge as e:  # pyslang reads the answer in this process: its macros are refused first
             d = Diagnostic(e.message, code="resource-limit", fields={"limit": e.limit})
             metrics_ = {"equivalence": "unknown", "resource_limit": e.limit}
             return self.result(Status.FAILED, 0.0, metrics=metrics_, diagnostics=[d], feedback=e.message)
+        except RuntimeError:  # pyslang's own limits (nesting: ~2,000 parentheses, ~1,100 `else if` or `begin`)
+            return self._fail(
+                Status.FAILED,
+                "the answer nests deeper than the SystemVerilog parser reads (thousands of parentheses, `begin` "
+                "blocks or `else if` branches), so its ports cannot be read; write it flatter (a `case`)",
+                "parse-limit",
+            )
         if cand_ports is None:
             return self._fail(Status.FAILED, f"no module named {top} in the answer", "missing-module")
         by_name = {p.name: p for p in cand_ports}
@@ -1005,11 +1010,18 @@ class EquivalenceStage(Stage):
             sim = self._compare(ctx, work, gold, gate, plan, stim, metrics, notes)
             if isinstance(sim, StageResult):
                 return sim
-            decided = sim[2] or (sim[0] is not None and sim[0].first is not None)
+            # Refuted with no credit to pay (or rejected by Icarus): nothing a proof finds can change the reward.
+            # With credit, the proof runs: a bug behind a trigger the random runs miss must cost the credit it
+            # would cost with the proof first (an answer could otherwise hide one behind a cheap visible bug).
+            comparison, gold_error, gate_error, gold_trace = sim
+            decided = bool(gate_error) or (
+                comparison is not None
+                and comparison.first is not None
+                and _refuted_score(plan, stim, comparison, gold_trace, opts)[0] == 0.0
+            )
             if decided:
                 fres = _Formal("skipped", note="no formal check: the simulation already refutes the answer")
                 record(fres)
-                comparison, gold_error, gate_error, gold_trace = sim
                 return self._verdict(
                     fres,
                     plan,
@@ -1280,10 +1292,7 @@ class EquivalenceStage(Stage):
                         else "seeded random simulation"
                     )
                     method = "formal" if replayed else ("formal+simulation" if formal_used else "simulation")
-                credit = 1.0 - bits_bad / plan.output_bits if plan.output_bits else 0.0
-                base = diffsim.constant_share(plan, stim, gold_trace) if gold_trace is not None else 0.0
-                above = max(0.0, (credit - base) / (1.0 - base)) if base < 1.0 else 0.0
-                score = min(1.0, max(0.0, float(opts["refuted_max"]))) * above
+                score, credit, base = _refuted_score(plan, stim, cmp, gold_trace, opts)
                 text, diags = _describe(plan, stim, cmp.first, how)
                 metrics.update(
                     equivalence="refuted",
@@ -1349,6 +1358,22 @@ class EquivalenceStage(Stage):
             + "; ".join(d.message for d in notes)
         )
         return self.result(Status.ERROR, 0.0, metrics=metrics, diagnostics=notes, feedback=msg)
+
+
+def _refuted_score(
+    plan: diffsim.SimPlan,
+    stim: diffsim.Stimulus,
+    cmp: diffsim.Comparison,
+    gold_trace: diffsim.Trace | None,
+    opts: Mapping[str, Any],
+) -> tuple[float, float, float]:
+    """(score, output-bit credit, the best constant stub's credit) of an answer `cmp` refutes: `refuted_max` x its
+    credit above the stub's (docs/equivalence.md#what-each-verdict-pays)."""
+    bits_bad = sum(len(v) for v in cmp.mismatched_bits.values())
+    credit = 1.0 - bits_bad / plan.output_bits if plan.output_bits else 0.0
+    base = diffsim.constant_share(plan, stim, gold_trace) if gold_trace is not None else 0.0
+    above = max(0.0, (credit - base) / (1.0 - base)) if base < 1.0 else 0.0
+    return min(1.0, max(0.0, float(opts["refuted_max"]))) * above, credit, base
 
 
 def _input_rows(plan: diffsim.SimPlan, stim: diffsim.Stimulus, start: int, end: int) -> list[str]:

@@ -94,6 +94,10 @@ def _read_side(
         "select -assert-none t:* t:$* %d",
         # Assertions and assumptions the design itself declares say nothing about the reference: drop them.
         "chformal -remove",
+        # What $display, $write, $strobe and $monitor print changes no state (a function called in their arguments
+        # keeps its assignments: proc made them logic of their own): a miter cannot hold a print, and an answer
+        # with a debug print would otherwise never be proved (and a wrong one could buy the undecided share).
+        "delete t:$print",
     ]
     lines += [f"delete -port {check_ident(top)}/{check_ident(p)}" for p in drop_ports]
     lines += [
