@@ -1000,11 +1000,12 @@ class EquivalenceStage(Stage):
             if fres.note:
                 notes.append(Diagnostic(fres.note, severity="info", code=f"formal-{fres.outcome}"))
 
-        # 2. Simulation first (`order`): the seeded random runs through both designs. An answer they already
-        # refute, or one Icarus rejects, fails whatever a proof would say, so it costs no proof; the others are
-        # proved, and a formal counterexample is then replayed in a second simulation, before the same random
-        # runs (so such an answer is compared on the same stimulus as under `formal-first`).
+        # 2. Simulation first (`order`): the seeded random runs through both designs. An answer they refute with
+        # no credit to pay, or one Icarus rejects, earns 0 whatever a proof would say, so it costs no proof; the
+        # others are proved, and a formal counterexample is then replayed in a second simulation, before the same
+        # random runs (so such an answer is compared on the same stimulus as under `formal-first`).
         sim: Any = None
+        skipped: _Formal | None = None
         if simulates and opts["order"] == "simulation-first" and not why_not:
             stim, replay_cycles = self._stimulus(ctx, plan, _Formal("skipped"), factor=1)
             sim = self._compare(ctx, work, gold, gate, plan, stim, metrics, notes)
@@ -1019,24 +1020,9 @@ class EquivalenceStage(Stage):
                 and comparison.first is not None
                 and _refuted_score(plan, stim, comparison, gold_trace, opts)[0] == 0.0
             )
-            if decided:
-                fres = _Formal("skipped", note="no formal check: the simulation already refutes the answer")
-                record(fres)
-                return self._verdict(
-                    fres,
-                    plan,
-                    stim,
-                    replay_cycles,
-                    comparison,
-                    metrics,
-                    notes,
-                    gold_error,
-                    gate_error,
-                    gold_trace,
-                    opts,
-                    simulation_only=False,
-                )
-        fres = formal_step()
+            if decided:  # the verdict below, as for any refuted answer
+                skipped = _Formal("skipped", note="no formal check: the simulation already refutes the answer")
+        fres = skipped if skipped is not None else formal_step()
         if fres.outcome == "missing":
             return self._fail(Status.ERROR, fres.note, "tool-missing")
         record(fres)
