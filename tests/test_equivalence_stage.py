@@ -335,6 +335,7 @@ def test_a_visible_bug_does_not_hide_a_bug_behind_a_trigger(stage, executor, tmp
         '  initial $display("top starts");\n',
         '  always @(posedge clk) $display("r=%h c=%d", r, c);\n',
         '  always @(posedge clk) begin $write("."); $strobe("%b", tick); end\n',
+        '  always @(posedge clk) begin $display("%p", r); $display("%d %d", c); $info("tick"); end\n',
     ],
 )
 def test_a_debug_print_neither_blocks_a_proof_nor_buys_the_undecided_share(stage, executor, tmp_path, debug):
@@ -356,6 +357,91 @@ def test_a_debug_print_neither_blocks_a_proof_nor_buys_the_undecided_share(stage
     )
     assert plain.metrics["formal"] == printing.metrics["formal"] == "cex", (plain.metrics, printing.metrics)
     assert printing.score == plain.score < DEFAULTS["undecided"]
+
+
+LATCH_REF = "module top(input clk, input [31:0] a, output reg [31:0] q);\n  always @(posedge clk) q <= a;\nendmodule\n"
+LATCH_FORGE = """module top(input clk, input [31:0] a, output reg [31:0] q);
+  reg bad = 1'b0;
+  function clr(input [31:0] x); begin bad = 1'b0; clr = 1'b0; end endfunction
+  always @(posedge clk) begin
+    if (a == 32'hDEADBEEF) bad = 1'b1;
+    USE;
+    q <= bad ? ~a : a;
+  end
+endmodule
+"""
+
+
+@pytest.mark.parametrize(
+    "use",
+    ['$display("%d", (a == a) ? 1\'b0 : clr(a))', "q[0] <= (a == a) ? a[0] : clr(a)"],
+    ids=["print", "logic"],
+)
+def test_a_function_writing_a_module_signal_is_not_proved(stage, executor, tmp_path, use):
+    # A red-team answer: after a trigger no random run draws, `bad` stays set and q is inverted from then on. The
+    # call that clears it sits in the arm of a `?:` the simulator never takes; Yosys runs a function's writes
+    # wherever the call appears, so the proof cleared `bad` every cycle and passed the answer (1.0, both orders).
+    # Not counting the proof would have paid it as undecided (0.25, more than the same bug without the call).
+    task = Task(id="latch", toplevel="top", expected_files=("top.sv",), reference={"top.sv": LATCH_REF})
+    r = check(stage, executor, tmp_path, task, {"top.sv": LATCH_FORGE.replace("USE", use)})
+    assert r.status is Status.FAILED and r.score == 0.0, (r.metrics, r.feedback)
+    assert "impure-function" in {d.code for d in r.diagnostics} and "writes `bad`" in r.feedback, r.feedback
+    pure = LATCH_REF.replace(
+        "  always",
+        "  function [31:0] same(input [31:0] x); reg [31:0] t; begin t = x; same = t; end endfunction\n  always",
+    ).replace("q <= a", "q <= same(a)")
+    good = check(stage, executor, tmp_path / "pure", task, {"top.sv": pure})
+    assert good.status is Status.PASSED and good.metrics["formal"] == "proved", (good.metrics, good.feedback)
+
+
+STATIC_FORGES = {
+    "function": """module top(input clk, input [31:0] a, output reg [31:0] q);
+  function [31:0] f(input [31:0] x);
+    reg armed;
+    begin
+      f = (armed === 1'b1) ? ~x : x;
+      if (x == 32'hDEADBEEF) armed = 1'b1;
+    end
+  endfunction
+  always @(posedge clk) q <= f(a);
+endmodule
+""",
+    "task": """module top(input clk, input [31:0] a, output reg [31:0] q);
+  reg [31:0] tmp;
+  task t(input [31:0] x, output [31:0] y); reg s; begin if (x == 32'hDEADBEEF) s = 1; y = (s === 1'b1) ? ~x : x; end endtask
+  always @(posedge clk) begin : b t(a, tmp); q <= tmp; end
+endmodule
+""",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(STATIC_FORGES))
+def test_a_subroutine_variable_kept_between_calls_is_refused(stage, executor, tmp_path, kind):
+    # A red-team answer (the third pass): Icarus keeps a function's or task's variables from one call to the next,
+    # Yosys starts each call afresh (x), so `armed === 1` was false for the proof, always, and the answer (wrong
+    # after a trigger no random run draws) was proved, 1.0. Functions and tasks that write every variable before
+    # reading it (an if/else, a case with a default, a for loop's counter) are proved as before.
+    task = Task(id="latch", toplevel="top", expected_files=("top.sv",), reference={"top.sv": LATCH_REF})
+    r = check(stage, executor, tmp_path, task, {"top.sv": STATIC_FORGES[kind]})
+    assert r.status is Status.FAILED and r.score == 0.0, (r.metrics, r.feedback)
+    assert "impure-function" in {d.code for d in r.diagnostics} and "before a write of it" in r.feedback
+    fine = LATCH_REF.replace(
+        "  always",
+        "  function [31:0] g(input [31:0] x); reg [31:0] t; integer i;\n"
+        "    begin if (x[0]) t = x; else t = x; g = 0; for (i = 0; i < 32; i = i + 1) g[i] = t[i]; end\n"
+        "  endfunction\n  always",
+    ).replace("q <= a", "q <= g(a)")
+    good = check(stage, executor, tmp_path / "fine", task, {"top.sv": fine})
+    assert good.status is Status.PASSED and good.metrics["formal"] == "proved", (good.metrics, good.feedback)
+
+
+def test_an_answer_quoting_an_exec_error_is_not_a_missing_tool(stage, executor, tmp_path):
+    # Yosys quotes an elaboration-time $error on stderr; "execvp yosys: No such file" anywhere in it was read as
+    # Yosys not installed (an error result, which a trainer may drop): only bubblewrap's own line is.
+    quoting = XOR_GATE.replace("endmodule", '  $error("execvp yosys: No such file or directory");\nendmodule')
+    task = comb_task(XOR_GATE, "x1")
+    r = check(stage, executor, tmp_path, task, {"rtl/top.sv": quoting}, order="formal-first")
+    assert r.status is Status.FAILED, (r.status, r.feedback)
 
 
 def test_an_answer_nested_past_the_parsers_limit_fails_instead_of_erring(stage, executor, tmp_path):

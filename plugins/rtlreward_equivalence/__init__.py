@@ -284,7 +284,8 @@ class _Sim:
 
 class EquivalenceStage(Stage):
     name = "equivalence"
-    version = "3"  # 2: outputs compared in both phases of the clock; 3: simulation first (`order`)
+    version = "3"  # 2: outputs compared in both phases of the clock; 3: simulation first (`order`), prints out of
+    # the proof, functions writing module signals refused
     # Stable codes of this stage's own ids in results rows (rtlreward.codes).
     codes: ClassVar[dict[str, str]] = {"sim-timeout": "timeout", "compile-failed": "compile_error"}
     requires = ("safety",)
@@ -381,7 +382,7 @@ class EquivalenceStage(Stage):
                 out[side] = None
                 continue
             n = view.neutralise(text)
-            (work / f"{side}.ys.v").write_text(n.text)
+            (work / f"{side}.ys.v").write_text(view.without_prints(n.text))
             units = [(files.names.get(u, u), t) for u, t in texts[side]]
             out[side] = (n, view.line_map(units))
         return _Views(out["gold"], out["gate"], missing)
@@ -945,6 +946,16 @@ class EquivalenceStage(Stage):
                     severity="info",
                     code="tool-macro",
                 )
+            )
+        impure = view.subroutine_state(gate_view.text)
+        if impure:
+            # No reference of VerilogEval or RTLLM holds one; a proof could not bind what the simulator runs, and
+            # paying it as undecided would buy a hidden bug 0.25 (red-team passes, 2026-11-28).
+            return self._fail(
+                Status.FAILED,
+                f"the answer holds {impure}; keep state in module registers written by always blocks, and write "
+                "every variable of a function or task before reading it",
+                "impure-function",
             )
         if views.gold is None:
             # The reference is trusted: Yosys reads its files itself (its simulation will say if Icarus cannot).

@@ -418,6 +418,151 @@ def _mismatch(text: str, allowed_edges: set[str]) -> str:
     return ""
 
 
+def _function_side_effect(nodes: list[Any]) -> str:
+    """A function that writes a variable it does not declare (a module signal, through a hierarchical name or
+    not): the simulator runs the write only where it evaluates the call (not in the arm of a `?:` it does not
+    take), the proof wherever the call appears (a red-team answer cleared a trigger's latch in an arm never
+    taken, and was proved equal to the reference while the simulator kept it set)."""
+    for fn in nodes:
+        if fn.kind != K.FunctionDeclaration:
+            continue
+        name = str(fn.prototype.name).strip()
+        declared = {d.name.valueText for d in _walk(fn) if d.kind == K.Declarator} | {name}
+        for n in _walk(fn):
+            if n.kind in (K.AssignmentExpression, K.NonblockingAssignmentExpression) or n.kind in _COMPOUND:
+                roots = [n.left]
+            elif n.kind in _STEPS:
+                roots = [n.operand]
+            else:
+                continue
+            while roots:
+                x = roots.pop()
+                if x.kind in (K.IdentifierName, K.IdentifierSelectName):
+                    if x.identifier.valueText in declared:
+                        continue
+                elif x.kind == K.ConcatenationExpression:
+                    roots.extend(e for e in x.expressions if isinstance(e, NODE))
+                    continue
+                elif x.kind == K.ParenthesizedExpression:
+                    roots.append(x.expression)
+                    continue
+                elif x.kind in (K.ElementSelectExpression, K.MemberAccessExpression):
+                    roots.append(x.left)
+                    continue
+                return (
+                    f"a function `{name}` that writes `{str(x).strip()[:40]}`, which it does not declare: the "
+                    "simulator runs the write only where it evaluates the call, the proof wherever it appears"
+                )
+    return ""
+
+
+def _static_local(nodes: list[Any]) -> str:
+    """A variable of a function or task (a local, or a function's own result) read where no write of the whole
+    variable surely came before it in the same call: Icarus keeps a function's or task's variables from one call to
+    the next (static), Yosys starts each call afresh (x). A red-team answer set a local on a trigger and read it
+    with `===` in later calls: Icarus inverted the output from then on, the proof saw x `===` 1 as false, always,
+    and proved it. "Surely" is read coarsely: a whole-variable assignment at the body's top level, or a `for`
+    loop's initialiser for its counter."""
+    for fn in nodes:
+        if fn.kind not in (K.FunctionDeclaration, K.TaskDeclaration):
+            continue
+        name = str(fn.prototype.name).strip()
+        ports = set()
+        if fn.prototype.portList is not None:
+            ports |= {d.name.valueText for d in _walk(fn.prototype.portList) if d.kind == K.Declarator}
+        body: list[Any] = []
+        for item in fn.items:
+            if item.kind == K.PortDeclaration:
+                ports |= {d.name.valueText for d in _walk(item) if d.kind == K.Declarator}
+            elif item.kind != K.DataDeclaration:
+                body.append(item)
+        local = {d.name.valueText for d in _walk(fn) if d.kind == K.Declarator} - ports
+        local |= {name} if fn.kind == K.FunctionDeclaration else set()
+        local -= {d.declarator.name.valueText for d in _walk(fn) if d.kind == K.ForVariableDeclaration}
+        sure: set[str] = set()
+        for st in body:
+            read, sure = _surely(st, local, sure)
+            if read:
+                return _static_message(name, read)
+    return ""
+
+
+def _surely(st: Any, local: set[str], sure: set[str]) -> tuple[str, set[str]]:
+    """(a local `st` reads before a sure write of it, the locals surely written after `st`): a whole-variable
+    assignment; both arms of an `if` with an `else`; every item of a `case` with a `default`; a `for` loop's
+    initialisers (its body may run no time)."""
+    if st.kind == K.SequentialBlockStatement:
+        for item in st.items:
+            if item.kind == K.DataDeclaration:
+                continue
+            read, sure = _surely(item, local, sure)
+            if read:
+                return read, sure
+        return "", sure
+    if st.kind == K.ExpressionStatement and st.expr.kind in (
+        K.AssignmentExpression,
+        K.NonblockingAssignmentExpression,
+    ):
+        read = _early(st.expr, local, sure)
+        if read or st.expr.left.kind != K.IdentifierName:
+            return read, sure
+        return "", sure | {st.expr.left.identifier.valueText}
+    if st.kind == K.ConditionalStatement:
+        read = _early(st.predicate, local, sure)
+        if read:
+            return read, sure
+        read, then = _surely(st.statement, local, sure)
+        if read or st.elseClause is None:
+            return read, sure
+        read, other = _surely(st.elseClause.clause, local, sure)
+        return read, then & other
+    if st.kind == K.CaseStatement:
+        read = _early(st.expr, local, sure)
+        arms, default = [], False
+        for item in st.items:
+            read = read or "".join(_early(e, local, sure) for e in getattr(item, "expressions", ()) if isinstance(e, NODE))
+            if read:
+                return read, sure
+            default = default or item.kind == K.DefaultCaseItem
+            r, after = _surely(item.clause, local, sure)
+            if r:
+                return r, sure
+            arms.append(after)
+        return read, (set.intersection(*arms) if default and arms else sure)
+    if st.kind == K.ForLoopStatement:
+        after = set(sure)
+        for init in st.initializers:
+            if isinstance(init, NODE) and init.kind == K.AssignmentExpression:
+                read = _early(init.right, local, after)
+                if read:
+                    return read, sure
+                if init.left.kind == K.IdentifierName:
+                    after.add(init.left.identifier.valueText)
+        rest = [x for x in (st.stopExpr, *st.steps, st.statement) if isinstance(x, NODE)]
+        for x in rest:
+            read = _early(x, local, after) if x is not st.statement else _surely(x, local, after)[0]
+            if read:
+                return read, sure
+        return "", after
+    return _early(st, local, sure), sure
+
+
+def _early(node: Any, local: set[str], sure: set[str]) -> str:
+    """A local read under `node` that no sure write came before (a write's own target is not a read)."""
+    targets = {_span(x) for x, w in _writes(node) if w.kind not in _COMPOUND and w.kind not in _STEPS}
+    for n_name, n in _occurrences(node):
+        if n_name in local and n_name not in sure and _span(n) not in targets and not _in_system_call(n):
+            return n_name
+    return ""
+
+
+def _static_message(subroutine: str, name: str) -> str:
+    return (
+        f"`{name}` read in `{subroutine}` before a write of it in the same call: the simulator keeps it from the "
+        "last call, the proof starts each call afresh"
+    )
+
+
 def _subroutine_free_names(nodes: list[Any], consts: set[str]) -> dict[str, set[str]]:
     """Per function and task, the names its body reads or writes without declaring them (module signals)."""
     out: dict[str, set[str]] = {}
@@ -478,6 +623,57 @@ def _race(members: list[Any], free: dict[str, set[str]]) -> str:
                     "another: the simulator's order of the two decides"
                 )
     return ""
+
+
+# System tasks that only print (Icarus runs them and goes on): the proof drops their statements (`without_prints`).
+PRINT_TASKS = frozenset(
+    f"${base}{suffix}"
+    for base in ("display", "write", "strobe", "monitor")
+    for suffix in ("", "b", "h", "o")
+) | {"$info", "$warning", "$error"}
+
+
+def without_prints(text: str) -> str:
+    """`text` with every procedural statement that calls a print task (`PRINT_TASKS`) blanked to `;`, line for
+    line: Yosys cannot read every format Icarus prints (`%p`, too few arguments) nor the SystemVerilog severity
+    tasks, and a formal step that fails on a debug print paid a correct answer as undecided and bought a wrong one
+    that share. Only statements whose arguments write nothing (no assignment, no `++`): a print changes no state
+    (a function called in it writes none: `function_side_effect` refuses such an answer first). Text that does not
+    parse is returned as it is."""
+    try:
+        nodes = _walk(_SYNTAX.SyntaxTree.fromText(text).root)
+    except Exception:  # pyslang's own limits: Yosys reads the text as it is
+        return text
+    spans = []
+    for n in nodes:
+        if n.kind != K.ExpressionStatement or n.expr.kind != K.InvocationExpression:
+            continue
+        callee = n.expr.left
+        if callee.kind != K.SystemName or callee.systemIdentifier.valueText not in PRINT_TASKS:
+            continue
+        if any(x.kind in _STEPS or x.kind in _COMPOUND or x.kind == K.AssignmentExpression for x in _walk(n.expr)):
+            continue
+        start, end = _span(n)
+        if text[start : start + 1] == "$" and text[end - 1 : end] == ";":
+            spans.append((start, end))
+    out, pos = [], 0
+    for start, end in sorted(spans):
+        if start < pos:
+            continue
+        out += [text[pos:start], ";", _blank(text[start + 1 : end])]
+        pos = end
+    return "".join(out) + text[pos:]
+
+
+def subroutine_state(text: str) -> str:
+    """Why `text` holds a function or task the simulator runs with state the proof does not have: a function that
+    writes a variable it does not declare (`_function_side_effect`), a variable of a function or task read before
+    a sure write in the same call (`_static_local`); or ""."""
+    try:
+        nodes = _walk(_SYNTAX.SyntaxTree.fromText(text).root)
+        return _function_side_effect(nodes) or _static_local(nodes)
+    except Exception:  # text these rules cannot read: the proof's own checks decide
+        return ""
 
 
 def simulation_mismatch(text: str, edges: Iterable[str]) -> str:

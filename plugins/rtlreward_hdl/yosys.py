@@ -131,4 +131,8 @@ def tool_version(argv: tuple[str, ...]) -> str:
 def missing_tool(res: Any, tool: str) -> bool:
     """Whether a command result says `tool` could not be started (the shell's 127, or an exec error)."""
     text = res.stderr or ""
-    return res.returncode == 127 or (f"execvp {tool}" in text and "No such file" in text)
+    # bubblewrap's own line when the exec fails (`bwrap: execvp yosys: No such file or directory`), alone on its
+    # line: a tool's error message quoting such text (an answer's `$error("execvp yosys: ...")` in Yosys's
+    # elaboration error) is not one.
+    pattern = rf"^(?:bwrap: )?execvp {re.escape(tool)}: No such file or directory\s*$"
+    return res.returncode == 127 or re.search(pattern, text, re.M) is not None
