@@ -231,6 +231,16 @@ _STEPS = frozenset(
 def _writes(node: Any, *, blocking_only: bool = False) -> list[tuple[Any, Any]]:
     """(target identifier node, the writing expression) of every write under `node`: `=`, `<=` (unless
     `blocking_only`), compound assignments (`|=`...) and `++`/`--`, through concatenations on the left."""
+    idents = (K.IdentifierName, K.IdentifierSelectName)
+    return [(x, n) for x, n in _write_targets(node, blocking_only=blocking_only) if x.kind in idents]
+
+
+def _write_targets(
+    node: Any, *, blocking_only: bool = False, through_selects: bool = False
+) -> list[tuple[Any, Any]]:
+    """(target, the writing expression) of every write under `node`, through concatenations and parentheses on
+    the left (and, `through_selects`, to the variable under an element select or a member access): an identifier,
+    or whatever else the target is (a hierarchical name)."""
     out = []
     for n in _walk(node):
         nonblocking = n.kind == K.NonblockingAssignmentExpression
@@ -242,12 +252,14 @@ def _writes(node: Any, *, blocking_only: bool = False) -> list[tuple[Any, Any]]:
             continue
         while roots:
             x = roots.pop()
-            if x.kind in (K.IdentifierName, K.IdentifierSelectName):
-                out.append((x, n))
-            elif x.kind == K.ConcatenationExpression:
+            if x.kind == K.ConcatenationExpression:
                 roots.extend(e for e in x.expressions if isinstance(e, NODE))
             elif x.kind == K.ParenthesizedExpression:
                 roots.append(x.expression)
+            elif through_selects and x.kind in (K.ElementSelectExpression, K.MemberAccessExpression):
+                roots.append(x.left)
+            else:
+                out.append((x, n))
     return out
 
 
@@ -428,31 +440,13 @@ def _function_side_effect(nodes: list[Any]) -> str:
             continue
         name = str(fn.prototype.name).strip()
         declared = {d.name.valueText for d in _walk(fn) if d.kind == K.Declarator} | {name}
-        for n in _walk(fn):
-            if n.kind in (K.AssignmentExpression, K.NonblockingAssignmentExpression) or n.kind in _COMPOUND:
-                roots = [n.left]
-            elif n.kind in _STEPS:
-                roots = [n.operand]
-            else:
+        for x, _ in _write_targets(fn, through_selects=True):
+            if x.kind in (K.IdentifierName, K.IdentifierSelectName) and x.identifier.valueText in declared:
                 continue
-            while roots:
-                x = roots.pop()
-                if x.kind in (K.IdentifierName, K.IdentifierSelectName):
-                    if x.identifier.valueText in declared:
-                        continue
-                elif x.kind == K.ConcatenationExpression:
-                    roots.extend(e for e in x.expressions if isinstance(e, NODE))
-                    continue
-                elif x.kind == K.ParenthesizedExpression:
-                    roots.append(x.expression)
-                    continue
-                elif x.kind in (K.ElementSelectExpression, K.MemberAccessExpression):
-                    roots.append(x.left)
-                    continue
-                return (
-                    f"a function `{name}` that writes `{str(x).strip()[:40]}`, which it does not declare: the "
-                    "simulator runs the write only where it evaluates the call, the proof wherever it appears"
-                )
+            return (
+                f"a function `{name}` that writes `{str(x).strip()[:40]}`, which it does not declare: the "
+                "simulator runs the write only where it evaluates the call, the proof wherever it appears"
+            )
     return ""
 
 
