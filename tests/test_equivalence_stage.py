@@ -435,6 +435,14 @@ def test_a_subroutine_variable_kept_between_calls_is_refused(stage, executor, tm
     assert good.status is Status.PASSED and good.metrics["formal"] == "proved", (good.metrics, good.feedback)
 
 
+def test_a_recursive_call_is_not_a_read_of_the_functions_result():
+    from rtlreward_equivalence import view
+
+    recursive = "module m; function automatic integer d(input integer n); d = (n == 0) ? 0 : d(n - 1) + 1; endfunction endmodule"
+    assert view.subroutine_state(recursive) == ""
+    assert "`d` read in `d`" in view.subroutine_state(recursive.replace("d(n - 1) + 1", "d + 1"))
+
+
 def test_an_answer_quoting_an_exec_error_is_not_a_missing_tool(stage, executor, tmp_path):
     # Yosys quotes an elaboration-time $error on stderr; "execvp yosys: No such file" anywhere in it was read as
     # Yosys not installed (an error result, which a trainer may drop): only bubblewrap's own line is.

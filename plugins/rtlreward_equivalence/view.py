@@ -545,8 +545,11 @@ def _early(node: Any, local: set[str], sure: set[str]) -> str:
     """A local read under `node` that no sure write came before (a write's own target is not a read)."""
     targets = {_span(x) for x, w in _writes(node) if w.kind not in _COMPOUND and w.kind not in _STEPS}
     for n_name, n in _occurrences(node):
-        if n_name in local and n_name not in sure and _span(n) not in targets and not _in_system_call(n):
-            return n_name
+        if n_name not in local or n_name in sure or _span(n) in targets or _in_system_call(n):
+            continue
+        if n.parent is not None and n.parent.kind == K.InvocationExpression and _span(n.parent.left) == _span(n):
+            continue  # a call of the function (a recursive one calls itself), not a read of its result
+        return n_name
     return ""
 
 
