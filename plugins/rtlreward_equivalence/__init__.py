@@ -73,8 +73,8 @@ DEFAULTS: dict[str, Any] = {
     "bmc_timeout": 3.0,  # seconds for the bounded check when PDR does not decide
     "bmc_frames": 64,
     "simulate": True,
-    # "simulation-first": the random runs before the proof, which only answers they do not refute get;
-    # "formal-first": the proof first, its counterexample replayed (the shortest first difference as feedback)
+    # "simulation-first": the random runs before the proof, which every answer gets but one they refute with no
+    # credit to pay or Icarus rejects; "formal-first": the proof first (its counterexample as the feedback)
     "order": "simulation-first",
     "seeds": 3,
     "cycles": 256,  # per seed
