@@ -188,6 +188,22 @@ _GOLD_VVPS = Kept(128)
 _GOLD_VVP_MAX = 8 << 20
 _GOLD_NONCE = secrets.token_hex(8)
 
+# The reference's trace (`EquivalenceStage._simulate`) per testbench and stimulus: the task's own random runs are the
+# same for every sample of a task (`EquivalenceStage._stimulus`), so the reference runs them once per task. Kept only
+# from a run before any code of an answer ran in its workspace; a trace of more output than this is not kept.
+_GOLD_TRACES = Kept(64)
+_GOLD_TRACE_MAX = 1 << 20
+# The task's random runs and their stimulus file, per seed, plan and options (generated in Python: ~1-2 ms).
+_TASK_STIMULI = Kept(64)
+
+
+def task_seed(task: Any) -> int:
+    """The seed of a task's random runs: from the parts of the task that define its checks
+    (`Task.stimulus_fingerprint`), the same for every sample, so the samples of a group are compared on the same
+    inputs and the reference runs them once."""
+    digest = hashlib.sha256(f"equivalence\0{task.stimulus_fingerprint()}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
 
 def _reference_key(ctx: StageContext, work: Path, side: _Side, *what: Any) -> str:
     """What an artifact of the reference kept across candidates (`_GOLD_VIEWS`, `_GOLD_VVPS`) depends on: the
@@ -280,6 +296,7 @@ class _Sim:
     timed_out: bool = False
     limit: Any = None  # rtlreward.sandbox.Exhaustion: the compile ended at a sandbox limit (memory, stack)
     high: diffsim.Trace | None = None  # the samples of the clock's high phase (`diffsim.parse_phases`)
+    kept: bool = False  # the reference's trace of an earlier sample of the task (`seconds`: that run's)
 
 
 class EquivalenceStage(Stage):
@@ -737,13 +754,15 @@ class EquivalenceStage(Stage):
         stim: diffsim.Stimulus,
         timeout: float,
         stim_hex: str,
+        *,
+        keep: bool = False,
     ) -> _Sim:
+        """One design's run of the testbench on `stim`. The reference's: its trace is kept per testbench and
+        stimulus where `keep` says no code of the answer has run in this workspace yet, and a kept one is used."""
         sim_dir = work / f"sim_{side}"
-        sim_dir.mkdir(parents=True, exist_ok=True)
-        (sim_dir / "stim.hex").write_text(stim_hex)
         rel = f"sim_{side}"
         run_argv = ["vvp", "-n", "tb.vvp"]
-        key = None
+        key = trace_key = None
         if side == "gold":
             # The reference's testbench is compiled once per task, plan and stimulus length bucket and kept in this
             # process (the reference is trusted, and nothing of the answer has run in this workspace yet); the
@@ -751,6 +770,14 @@ class EquivalenceStage(Stage):
             nonce, capacity = _GOLD_NONCE, 1 << max(8, (len(stim) - 1).bit_length())
             run_argv.append(f"+{diffsim.CYCLES_PLUSARG}={len(stim)}")
             key = _reference_key(ctx, work, files, "testbench", repr(plan), capacity)
+            trace_key = hashlib.sha256(f"{key}\0{len(stim)}\0{stim_hex}".encode()).hexdigest()
+            kept = _GOLD_TRACES.get(trace_key)
+            if kept is not None:
+                low, high, seconds = kept
+                return _Sim(low, "", seconds, high=high, kept=True)
+        sim_dir.mkdir(parents=True, exist_ok=True)
+        (sim_dir / "stim.hex").write_text(stim_hex)
+        if side == "gold":
             program = _GOLD_VVPS.get(key)
             if program is not None:
                 (sim_dir / "tb.vvp").write_bytes(program)
@@ -761,6 +788,8 @@ class EquivalenceStage(Stage):
                     return _Sim(None, "missing")
                 cut = run.timed_out or run.returncode in (124, 137)
                 low, high = diffsim.parse_phases(run.stdout, nonce, plan, len(stim))
+                if keep and not cut and run.returncode == 0 and len(run.stdout) <= _GOLD_TRACE_MAX:
+                    _GOLD_TRACES.put(trace_key, (low, high, run.duration))
                 return _Sim(low, "", run.duration, cut, high=high)
             tb_name, tb = diffsim.testbench(plan, nonce, len(stim), "stim.hex", capacity=capacity)
         else:
@@ -804,6 +833,14 @@ class EquivalenceStage(Stage):
         if _missing_tool(run, "vvp"):
             return _Sim(None, "missing")
         trace, high = diffsim.parse_phases(run.stdout, nonce, plan, len(stim))
+        if (
+            trace_key is not None
+            and keep
+            and not run.timed_out
+            and run.returncode == 0
+            and len(run.stdout) <= _GOLD_TRACE_MAX
+        ):
+            _GOLD_TRACES.put(trace_key, (trace, high, run.duration))
         return _Sim(trace, "", run.duration, run.timed_out, high=high)
 
     @staticmethod
@@ -1018,8 +1055,8 @@ class EquivalenceStage(Stage):
         sim: Any = None
         skipped: _Formal | None = None
         if simulates and opts["order"] == "simulation-first" and not why_not:
-            stim, replay_cycles = self._stimulus(ctx, plan, _Formal("skipped"), factor=1)
-            sim = self._compare(ctx, work, gold, gate, plan, stim, metrics, notes)
+            stim, replay_cycles, stim_hex = self._stimulus(ctx, plan, _Formal("skipped"), factor=1)
+            sim = self._compare(ctx, work, gold, gate, plan, stim, metrics, notes, stim_hex, keep=True)
             if isinstance(sim, StageResult):
                 return sim
             # Refuted with no credit to pay (or rejected by Icarus): nothing a proof finds can change the reward.
@@ -1049,8 +1086,11 @@ class EquivalenceStage(Stage):
             )
             return self._unsimulated(fres, plan, metrics, notes, reason, opts)
         if sim is None or fres.outcome == "cex":
-            stim, replay_cycles = self._stimulus(ctx, plan, fres, factor=1)
-            sim = self._compare(ctx, work, gold, gate, plan, stim, metrics, notes)
+            stim, replay_cycles, stim_hex = self._stimulus(ctx, plan, fres, factor=1)
+            # The reference's trace is kept from the task's own random runs (no replay), and only from the first
+            # simulation: after it, code of the answer has run in this workspace.
+            keep = sim is None and not replay_cycles
+            sim = self._compare(ctx, work, gold, gate, plan, stim, metrics, notes, stim_hex, keep=keep)
             if isinstance(sim, StageResult):
                 return sim
         comparison, gold_error, gate_error, gold_trace = sim
@@ -1087,8 +1127,8 @@ class EquivalenceStage(Stage):
                     )
             if not proves and opts["formal"]:
                 factor = max(1, int(opts["simulation_only_factor"]))
-                more, _ = self._stimulus(ctx, plan, _Formal("skipped"), factor=factor, salt=1)
-                sim = self._compare(ctx, work, gold, gate, plan, more, metrics, notes)
+                more, _, more_hex = self._stimulus(ctx, plan, _Formal("skipped"), factor=factor, salt=1)
+                sim = self._compare(ctx, work, gold, gate, plan, more, metrics, notes, more_hex)
                 if isinstance(sim, StageResult):
                     return sim
                 if sim[0] is not None:  # the longer run decides (and its counts are the ones reported)
@@ -1112,22 +1152,31 @@ class EquivalenceStage(Stage):
 
     def _stimulus(
         self, ctx: StageContext, plan: diffsim.SimPlan, fres: _Formal, *, factor: int, salt: int = 0
-    ) -> tuple[diffsim.Stimulus, int]:
-        """The random runs (seeded from the candidate's seed), after a formal counterexample's replay when there
-        is one; and how many cycles the replay takes."""
+    ) -> tuple[diffsim.Stimulus, int, str | None]:
+        """The random runs, after a formal counterexample's replay when there is one; how many cycles the replay
+        takes; the stimulus file's text where it is known already. The random runs are the task's own (seeded from
+        the task, `task_seed`: the same for every sample of a task, so the reference's trace is kept per task), but
+        with a `salt`, the candidate's (seeded from its seed: the longer runs that decide where the reference does
+        not prove, so one answer's feedback never shows another's stimulus there)."""
         opts = {**DEFAULTS, **ctx.options}
-        random_stim = diffsim.random_stimulus(
-            plan,
-            ctx.seed + salt * 1_000_003,
-            seeds=int(opts["seeds"]) * factor,
-            cycles=int(opts["cycles"]),
-            reset_probability=float(opts["reset_probability"]),
-        )
+        seeds = int(opts["seeds"]) * factor
+        cycles, reset_probability = int(opts["cycles"]), float(opts["reset_probability"])
+        seed = task_seed(ctx.task) if salt == 0 else ctx.seed + salt * 1_000_003
+        key = repr((seed, plan, seeds, cycles, reset_probability))
+        got = _TASK_STIMULI.get(key) if salt == 0 else None
+        if got is None:
+            random_stim = diffsim.random_stimulus(
+                plan, seed, seeds=seeds, cycles=cycles, reset_probability=reset_probability
+            )
+            got = (random_stim, diffsim.stimulus_hex(plan, random_stim))
+            if salt == 0:
+                _TASK_STIMULI.put(key, got)
+        random_stim, random_hex = got
         if fres.outcome == "cex":
             # One simulation: the formal counterexample first, then the random runs (each starts with reset).
             replay = diffsim.directed_stimulus(plan, fres.frames)
-            return diffsim.concat(replay, random_stim), len(replay)
-        return random_stim, 0
+            return diffsim.concat(replay, random_stim), len(replay), None
+        return random_stim, 0, random_hex
 
     def _compare(
         self,
@@ -1139,16 +1188,21 @@ class EquivalenceStage(Stage):
         stim: diffsim.Stimulus,
         metrics: dict[str, Any],
         notes: list[Diagnostic],
+        stim_hex: str | None = None,
+        *,
+        keep: bool = False,
     ) -> StageResult | tuple[diffsim.Comparison | None, str, str, diffsim.Trace | None]:
         """Simulate both designs on `stim` and compare: (comparison, the reference's error, the answer's error,
-        the reference's trace), or a result when Icarus is missing."""
+        the reference's trace), or a result when Icarus is missing. `keep`: no code of the answer has run in this
+        workspace yet, so the reference's trace may be kept for the task's other samples."""
         opts = {**DEFAULTS, **ctx.options}
         sim_timeout = float(opts["sim_timeout"])
         metrics["sim_seeds"] = metrics.get("sim_seeds", 0) + len(stim.segments)
         metrics["sim_cycles"] = metrics.get("sim_cycles", 0) + len(stim)
         gold_error = gate_error = ""
-        stim_hex = diffsim.stimulus_hex(plan, stim)
-        g = self._simulate(ctx, work, "gold", gold, plan, stim, sim_timeout, stim_hex)
+        if stim_hex is None:
+            stim_hex = diffsim.stimulus_hex(plan, stim)
+        g = self._simulate(ctx, work, "gold", gold, plan, stim, sim_timeout, stim_hex, keep=keep)
         if g.error == "missing":
             return self._fail(
                 Status.ERROR, "Icarus Verilog is not installed: `apt-get install iverilog`", "tool-missing"
@@ -1162,7 +1216,8 @@ class EquivalenceStage(Stage):
         # A hung candidate is cut at a multiple of the reference's own time, not at the full budget.
         limit = min(sim_timeout, max(2.0, 20 * g.seconds + 1.0))
         a = self._simulate(ctx, work, "gate", gate, plan, stim, limit, stim_hex)
-        metrics["sim_seconds"] = round(metrics.get("sim_seconds", 0.0) + g.seconds + a.seconds, 4)
+        ran = a.seconds + (0.0 if g.kept else g.seconds)
+        metrics["sim_seconds"] = round(metrics.get("sim_seconds", 0.0) + ran, 4)
         if a.trace is None:
             gate_error = a.error
             if a.limit is not None:  # the answer asked Icarus for more than the sandbox gives: named

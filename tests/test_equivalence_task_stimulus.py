@@ -1,0 +1,121 @@
+"""The equivalence stage's random runs are the task's own (`rtlreward_equivalence.task_seed`): every sample of a task
+is compared on the same inputs, so the reference simulates them once per task and its trace is kept
+(`_GOLD_TRACES`), never from a run after code of an answer ran in the workspace."""
+
+from __future__ import annotations
+
+import pytest
+
+import rtlreward_equivalence
+from rtlreward.engine import Engine
+from rtlreward.integration import load_tasks
+from rtlreward_equivalence import EquivalenceStage
+
+FORMAL_FIRST = {"extends": "equiv", "stage": {"equivalence": {"options": {"order": "formal-first"}}}}
+
+
+def _groups():
+    from rtlreward_hdl.mutate import mutants
+    from rtlreward_hdl.stubs import stub_designs
+
+    out = []
+    for task in load_tasks("verilog-eval", skip_known_issues=True, limit=60)[::15]:
+        ref = next(iter(task.reference.values()))
+        answers = [ref, "// the same design\n" + ref]
+        answers += [next(iter(m.files.values())) for m in mutants(dict(task.reference), limit=2)]
+        answers.append(next(iter(stub_designs(task)["ones"].values())))
+        out.append((task, [{"TopModule.sv": a} for a in answers]))
+    return out
+
+
+def _seen(reward):
+    st = reward.stages["equivalence"]
+    keep = (
+        "equivalence",
+        "formal",
+        "first_mismatch_cycle",
+        "output_bits_mismatched",
+        "bit_credit",
+        "sim_cycles",
+    )
+    return reward.total, st.status.value, {k: st.metrics.get(k) for k in keep}
+
+
+@pytest.fixture
+def simulations(monkeypatch):
+    """Every simulation the stage runs: (task id, side, the stimulus file's text, whether the trace was kept)."""
+    seen: list[tuple[str, str, str, bool]] = []
+    simulate = EquivalenceStage._simulate
+
+    def recording(self, ctx, work, side, files, plan, stim, timeout, stim_hex, **kw):
+        got = simulate(self, ctx, work, side, files, plan, stim, timeout, stim_hex, **kw)
+        seen.append((ctx.task.id, side, stim_hex, got.kept))
+        return got
+
+    monkeypatch.setattr(EquivalenceStage, "_simulate", recording)
+    rtlreward_equivalence._GOLD_TRACES.clear()
+    yield seen
+    rtlreward_equivalence._GOLD_TRACES.clear()
+
+
+def test_the_samples_of_a_task_share_its_random_runs_and_the_reference_runs_them_once(
+    tmp_path, monkeypatch, simulations
+):
+    monkeypatch.setenv("RTLREWARD_CACHE_DIR", str(tmp_path / "cache"))
+    groups = _groups()
+    with Engine("equiv", cache=False, jobs=1, workspace_root=tmp_path / "ws") as eng:
+        kept = [[_seen(eng.score(task, files)) for files in answers] for task, answers in groups]
+        first = list(simulations)
+        # every sample afresh: the reference simulated for each one
+        fresh = []
+        for task, answers in groups:
+            row = []
+            for files in answers:
+                rtlreward_equivalence._GOLD_TRACES.clear()
+                row.append(_seen(eng.score(task, files)))
+            fresh.append(row)
+    assert kept == fresh  # a kept trace is the trace: the same rewards, verdicts and first differences
+    runs_of = {}
+    for task, answers in groups:
+        gold = [(hexed, k) for tid, side, hexed, k in first if tid == task.id and side == "gold"]
+        gate = [hexed for tid, side, hexed, _ in first if tid == task.id and side == "gate"]
+        assert len(gate) >= len(answers) - 1  # the truncated answers aside, each sample simulated
+        task_runs = runs_of[task.id] = gold[0][0]
+        # the first simulation of every sample (the ones a counterexample replay follows included) is on the
+        # task's own random runs, and the reference ran them once: the first sample's run, kept for the others
+        assert sum(h == task_runs for h in gate) >= len(answers), (task.id, len(gate))
+        assert [k for h, k in gold if h == task_runs] == [False] + [True] * (len(answers) - 1)
+        # runs with a replay in front are the answer's own: never kept, never served from the kept traces
+        assert not any(k for h, k in gold if h != task_runs)
+    assert len(set(runs_of.values())) == len(groups)  # each task its own runs
+
+
+def test_a_trace_is_kept_only_from_a_run_before_the_answer_ran(tmp_path, monkeypatch, simulations):
+    """Under `formal-first` a counterexample's replay comes first: that run's stimulus is the answer's own, and the
+    reference's trace of it is not kept; a proved answer's simulation (the task's runs, nothing of the answer run
+    before it) is."""
+    from rtlreward_hdl.mutate import mutants
+
+    monkeypatch.setenv("RTLREWARD_CACHE_DIR", str(tmp_path / "cache"))
+    task = load_tasks("verilog-eval", skip_known_issues=True, limit=60)[15]
+    wrong = next(iter(mutants(dict(task.reference), limit=1)[0].files.values()))
+    ref = next(iter(task.reference.values()))
+    with Engine(FORMAL_FIRST, cache=False, jobs=1, workspace_root=tmp_path / "ws") as eng:
+        eng.score(task, {"TopModule.sv": ref})  # the task's one-time costs (the engine's calibration run)
+        rtlreward_equivalence._GOLD_TRACES.clear()
+        st = eng.score(task, {"TopModule.sv": wrong}).stages["equivalence"]
+        assert st.metrics["formal"] == "cex", st.metrics
+        assert rtlreward_equivalence._GOLD_TRACES.values() == []
+        ok = eng.score(task, {"TopModule.sv": "// again\n" + ref}).stages["equivalence"]
+        assert ok.metrics["equivalence"] == "proved"
+        assert len(rtlreward_equivalence._GOLD_TRACES.values()) == 1
+    # simulation first, the same wrong answer: its random runs come first (kept), then the replay (not kept)
+    with Engine("equiv", cache=False, jobs=1, workspace_root=tmp_path / "ws2") as eng:
+        eng.score(task, {"TopModule.sv": ref})
+        rtlreward_equivalence._GOLD_TRACES.clear()
+        simulations.clear()
+        st = eng.score(task, {"TopModule.sv": wrong}).stages["equivalence"]
+    gold = [(h, k) for _, side, h, k in simulations if side == "gold"]
+    assert len(rtlreward_equivalence._GOLD_TRACES.values()) == 1
+    if st.metrics.get("formal") == "cex":  # a mutant with credit to pay: proved after the random runs
+        assert len(gold) == 2 and gold[0][0] != gold[1][0]
