@@ -304,11 +304,34 @@ class Comparison:
         return self.first is None
 
 
+_ONES = str.maketrans("01xz", "0100")
+_KNOWN = str.maketrans("01xz", "1100")
+
+
+def _row_bits(row: tuple[str, ...]) -> tuple[int, int]:
+    """A sample as integers: (its 1 bits, its 0/1 bits), the outputs concatenated in `plan.outputs` order, the first
+    most significant (a sample holds only 0 1 x z: `_sample_pattern`)."""
+    text = "".join(row)
+    return int(text.translate(_ONES), 2), int(text.translate(_KNOWN), 2)
+
+
+def _spans(plan: SimPlan) -> list[tuple[str, int, int]]:
+    """Each output's (name, shift, mask) in a `_row_bits` integer."""
+    spans = []
+    shift = plan.output_bits
+    for p in plan.outputs:
+        w = p.width or 1
+        shift -= w
+        spans.append((p.name, shift, (1 << w) - 1))
+    return spans
+
+
 def compare(plan: SimPlan, stim: Stimulus, gold: Trace, gate: Trace) -> Comparison:
     """Every output bit, every cycle from `stim.compare_from`: a reference bit that is x or z is a don't-care;
     otherwise the candidate must show the same 0/1 (its x is a mismatch). A cycle the candidate never sampled
-    mismatches every defined bit."""
-    bad: dict[str, set[int]] = {p.name: set() for p in plan.outputs}
+    mismatches every defined bit. Each cycle is compared as two integers per side (`_row_bits`)."""
+    spans = _spans(plan)
+    bad_all = 0  # every bit that ever differed
     first: Difference | None = None
     compared = 0
     defined = 0
@@ -322,29 +345,28 @@ def compare(plan: SimPlan, stim: Stimulus, gold: Trace, gate: Trace) -> Comparis
             row = "".join(g)
             defined += len(row) - row.count("x") - row.count("z")
             continue
-        differing = []
-        for k, p in enumerate(plan.outputs):
-            gv = g[k]
-            av = a[k] if a is not None else None
-            w = len(gv)
-            diff = False
-            for j, gb in enumerate(gv):
-                if gb not in "01":
-                    continue
-                defined += 1
-                if av is None or av[j] != gb:
-                    bad[p.name].add(w - 1 - j)
-                    diff = True
-            if diff:
-                differing.append(p.name)
-        if differing and first is None:
+        g_ones, g_known = _row_bits(g)
+        defined += g_known.bit_count()
+        if a is None:
+            differs = g_known
+        else:
+            a_ones, a_known = _row_bits(a)
+            differs = g_known & ((g_ones ^ a_ones) | ~a_known)
+        if not differs:
+            continue
+        bad_all |= differs
+        if first is None:
             first = Difference(
                 cycle=c,
                 expected={p.name: g[k] for k, p in enumerate(plan.outputs)},
                 actual={p.name: (a[k] if a is not None else None) for k, p in enumerate(plan.outputs)},
-                differing=tuple(differing),
+                differing=tuple(name for name, shift, mask in spans if (differs >> shift) & mask),
             )
-    return Comparison({k: frozenset(v) for k, v in bad.items()}, first, compared, defined)
+    bad = {}
+    for name, shift, mask in spans:
+        bits = (bad_all >> shift) & mask
+        bad[name] = frozenset(j for j in range(bits.bit_length()) if bits >> j & 1)
+    return Comparison(bad, first, compared, defined)
 
 
 def constant_share(plan: SimPlan, stim: Stimulus, gold: Trace) -> float:
@@ -353,18 +375,15 @@ def constant_share(plan: SimPlan, stim: Stimulus, gold: Trace) -> float:
     it). Partial credit is measured above this, so outputs tied to 0 or 1 earn nothing."""
     if not plan.output_bits:
         return 0.0
-    seen: list[set[str]] = [set() for _ in range(plan.output_bits)]
+    ones = zeros = 0  # bits seen as 1, as 0
     for c in range(stim.compare_from, min(len(stim), len(gold.samples))):
         g = gold.samples[c]
         if g is None:
             continue
-        k = 0
-        for value in g:
-            for bit in value:
-                if bit in "01":
-                    seen[k].add(bit)
-                k += 1
-    return sum(1 for s in seen if len(s) < 2) / plan.output_bits
+        g_ones, g_known = _row_bits(g)
+        ones |= g_ones
+        zeros |= g_known & ~g_ones
+    return (plan.output_bits - (ones & zeros).bit_count()) / plan.output_bits
 
 
 def fmt_bits(bits: str | None) -> str:
