@@ -60,3 +60,76 @@ def test_comparison_counts_defined_bits_and_treats_reference_x_as_dont_care():
     same = diffsim.compare(PLAN, STIM, gold, gold)
     assert same.first is None and same.defined_bits == c.defined_bits
     assert all(not bits for bits in same.mismatched_bits.values())
+
+
+def _per_bit(plan, stim, gold, gate):
+    """The comparison's rule, bit by bit: (bits that ever differed per output, first differing cycle and outputs,
+    cycles compared, reference bits that were 0/1), and the constant stub's share."""
+    bad = {p.name: set() for p in plan.outputs}
+    first, compared, defined = None, 0, 0
+    seen = [set() for _ in range(plan.output_bits)]
+    for c in range(stim.compare_from, len(stim)):
+        g = gold.samples[c] if c < len(gold.samples) else None
+        if g is None:
+            continue
+        a = gate.samples[c] if c < len(gate.samples) else None
+        compared += 1
+        differing, k = [], 0
+        for i, p in enumerate(plan.outputs):
+            w = len(g[i])
+            for j, gb in enumerate(g[i]):
+                if gb in "01":
+                    defined += 1
+                    seen[k].add(gb)
+                    if a is None or a[i][j] != gb:
+                        bad[p.name].add(w - 1 - j)
+                        if p.name not in differing:
+                            differing.append(p.name)
+                k += 1
+        if differing and first is None:
+            first = (c, tuple(differing))
+    share = sum(1 for s in seen if len(s) < 2) / plan.output_bits
+    return {k: frozenset(v) for k, v in bad.items()}, first, compared, defined, share
+
+
+def test_the_integer_comparison_is_the_per_bit_rule():
+    """`compare` and `constant_share` read each sample as integers; on random traces (x and z in both, missing
+    samples, traces shorter or longer than the stimulus) they give what the per-bit rule gives."""
+    import random
+
+    rng = random.Random(7)
+    for _ in range(1500):
+        outs = tuple(
+            PortInfo(f"o{i}", "output", rng.choice([None, 1, 2, 3, 8, 33, 65]), True)
+            for i in range(rng.randint(1, 4))
+        )
+        plan = diffsim.SimPlan("t", (), outs, (), None, 1)
+        n = rng.randint(1, 30)
+        stim = diffsim.Stimulus(tuple(() for _ in range(n)), (0,), compare_from=rng.randint(0, 2))
+
+        def row(alphabet, outs=outs):
+            return tuple("".join(rng.choice(alphabet) for _ in range(p.width or 1)) for p in outs)
+
+        gold_alphabet = rng.choice(["01", "01xz", "0", "1x"])
+        gold = diffsim.Trace(
+            tuple(None if rng.random() < 0.05 else row(gold_alphabet) for _ in range(rng.randint(0, n + 2))),
+            True,
+        )
+        gate_samples = []
+        for c in range(rng.randint(0, n + 2)):
+            r = rng.random()
+            if r < 0.05:
+                gate_samples.append(None)
+            elif r < 0.5 and c < len(gold.samples) and gold.samples[c] is not None:
+                gate_samples.append(gold.samples[c])
+            else:
+                gate_samples.append(row(rng.choice(["01", "01xz", "10"])))
+        gate = diffsim.Trace(tuple(gate_samples), True)
+        bad, first, compared, defined, share = _per_bit(plan, stim, gold, gate)
+        got = diffsim.compare(plan, stim, gold, gate)
+        assert (got.mismatched_bits, got.compared_cycles, got.defined_bits) == (bad, compared, defined)
+        assert (got.first.cycle, got.first.differing) == first if first else got.first is None
+        if got.first is not None:
+            c = got.first.cycle
+            assert got.first.expected == {p.name: gold.samples[c][i] for i, p in enumerate(outs)}
+        assert diffsim.constant_share(plan, stim, gold) == share
