@@ -11,6 +11,7 @@ from rtlreward.engine import Engine
 from rtlreward.integration import load_tasks
 from rtlreward_equivalence import EquivalenceStage
 
+RUNS: list = []  # (side, plan, stimulus, trace) of every simulation, for the tests that build answers from them
 FORMAL_FIRST = {"extends": "equiv", "stage": {"equivalence": {"options": {"order": "formal-first"}}}}
 
 
@@ -50,6 +51,7 @@ def simulations(monkeypatch):
     def recording(self, ctx, work, side, files, plan, stim, timeout, stim_hex, **kw):
         got = simulate(self, ctx, work, side, files, plan, stim, timeout, stim_hex, **kw)
         seen.append((ctx.task.id, side, stim_hex, got.kept))
+        RUNS.append((side, plan, stim, got.trace))
         return got
 
     monkeypatch.setattr(EquivalenceStage, "_simulate", recording)
@@ -119,3 +121,58 @@ def test_a_trace_is_kept_only_from_a_run_before_the_answer_ran(tmp_path, monkeyp
     assert len(rtlreward_equivalence._GOLD_TRACES.values()) == 1
     if st.metrics.get("formal") == "cex":  # a mutant with credit to pay: proved after the random runs
         assert len(gold) == 2 and gold[0][0] != gold[1][0]
+
+
+def _lookup_table(plan, stim, trace, blocker: bool) -> str:
+    """A combinational answer that knows nothing of the function: the reference's outputs for each input vector the
+    task's runs drive, 0 elsewhere; `blocker` keeps the proof from running (a backtick in a string the proof's view
+    cannot read, the answer's own problem)."""
+    width_in = sum(p.width or 1 for p in plan.inputs)
+    width_out = sum(p.width or 1 for p in plan.outputs)
+    table = {}
+    for c in range(stim.compare_from, len(stim)):
+        if trace.samples[c] is not None:
+            key = 0
+            for p, v in zip(plan.inputs, stim.vectors[c], strict=True):
+                key = (key << (p.width or 1)) | v
+            table[key] = "".join(trace.samples[c]).replace("x", "0").replace("z", "0")
+    ports = [f"input [{(p.width or 1) - 1}:0] {p.name}" for p in plan.inputs]
+    ports += [f"output reg [{(p.width or 1) - 1}:0] {p.name}" for p in plan.outputs]
+    ins = "{" + ", ".join(p.name for p in plan.inputs) + "}"
+    outs = "{" + ", ".join(p.name for p in plan.outputs) + "}"
+    lines = [f"module {plan.top}({', '.join(ports)});", "  always @* begin", f"    case ({ins})"]
+    lines += [f"      {width_in}'d{k}: {outs} = {width_out}'b{v};" for k, v in sorted(table.items())]
+    lines += [f"      default: {outs} = {width_out}'d0;", "    endcase", "  end"]
+    if blocker:
+        lines.append('  initial if (0) $display("`");')
+    return "\n".join([*lines, "endmodule", ""])
+
+
+@pytest.mark.parametrize("blocker", [False, True], ids=["proved-against", "proof-skipped"])
+def test_an_answer_that_matches_only_the_tasks_runs_earns_what_a_stub_earns(
+    tmp_path, monkeypatch, simulations, blocker
+):
+    """The task's inputs are the same for every sample and can be learned (from feedback) or computed (from the
+    task), so they settle only a pass (with a proof) or nothing: a lookup table of the reference's outputs on them
+    (an 8-bit adder, ~1% of its inputs) is paid neither the undecided share nor output-bit credit, with the proof
+    refuting it or kept from running. (Before the fix: 0.35 and 0.325 where a stub earns 0.1.)"""
+    from rtlreward_hdl.stubs import stub_designs
+
+    monkeypatch.setenv("RTLREWARD_CACHE_DIR", str(tmp_path / "cache"))
+    task = next(
+        t for t in load_tasks("verilog-eval", skip_known_issues=True, limit=60) if t.id.startswith("Prob033")
+    )
+    with Engine("equiv", cache=False, jobs=1, workspace_root=tmp_path / "ws") as eng:
+        RUNS.clear()
+        assert eng.score(task, dict(task.reference)).passed
+        _, plan, stim, trace = next(r for r in RUNS if r[0] == "gold")
+        table = _lookup_table(plan, stim, trace, blocker)
+        # the table is right on every cycle of the task's runs
+        RUNS.clear()
+        got = eng.score(task, {"TopModule.sv": table})
+        stub = eng.score(task, dict(stub_designs(task)["zeros"]))
+    assert got.total <= stub.total, (got.total, stub.total, got.stages["equivalence"].feedback)
+    assert got.stages["equivalence"].metrics["equivalence"] == "refuted"
+    first = [(side, st) for side, _, st, _ in RUNS]
+    if not blocker:  # the task's runs came first and did not refute it: the proof did, then its own runs
+        assert first[0][0] == "gold" and first[1][0] == "gate" and first[0][1] == stim

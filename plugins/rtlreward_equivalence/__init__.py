@@ -1055,7 +1055,9 @@ class EquivalenceStage(Stage):
         sim: Any = None
         skipped: _Formal | None = None
         if simulates and opts["order"] == "simulation-first" and not why_not:
-            stim, replay_cycles, stim_hex = self._stimulus(ctx, plan, _Formal("skipped"), factor=1)
+            stim, replay_cycles, stim_hex = self._stimulus(
+                ctx, plan, _Formal("skipped"), factor=1, per_answer=False
+            )
             sim = self._compare(ctx, work, gold, gate, plan, stim, metrics, notes, stim_hex, keep=True)
             if isinstance(sim, StageResult):
                 return sim
@@ -1085,12 +1087,22 @@ class EquivalenceStage(Stage):
                 else (f"port {odd[0].name} cannot be driven by the generated testbench")
             )
             return self._unsimulated(fres, plan, metrics, notes, reason, opts)
-        if sim is None or fres.outcome == "cex":
-            stim, replay_cycles, stim_hex = self._stimulus(ctx, plan, fres, factor=1)
-            # The reference's trace is kept from the task's own random runs (no replay), and only from the first
-            # simulation: after it, code of the answer has run in this workspace.
-            keep = sim is None and not replay_cycles
-            sim = self._compare(ctx, work, gold, gate, plan, stim, metrics, notes, stim_hex, keep=keep)
+        if sim is None and fres.outcome == "proved":
+            # The proof first: it is checked on the task's runs (the reference's trace kept from the first; nothing
+            # of the answer has run in this workspace yet).
+            stim, replay_cycles, stim_hex = self._stimulus(ctx, plan, fres, factor=1, per_answer=False)
+            sim = self._compare(ctx, work, gold, gate, plan, stim, metrics, notes, stim_hex, keep=True)
+            if isinstance(sim, StageResult):
+                return sim
+        if not _settled(sim, fres, skipped is not None):
+            # The task's runs settle a pass or nothing. Anything paid in between (a refuted answer's credit, the
+            # undecided share) is measured on the answer's own runs, after a formal counterexample's replay: the
+            # task's inputs are the same for every sample and can be learned (from feedback, or computed from the
+            # task), and an answer that matches the reference only on them earns nothing for it (red-team pass,
+            # 2026-11-29: a lookup table of the task's inputs, and a replay of the reference's outputs, were paid
+            # the undecided share and up to 0.55 of credit).
+            stim, replay_cycles, stim_hex = self._stimulus(ctx, plan, fres, factor=1, per_answer=True)
+            sim = self._compare(ctx, work, gold, gate, plan, stim, metrics, notes, stim_hex)
             if isinstance(sim, StageResult):
                 return sim
         comparison, gold_error, gate_error, gold_trace = sim
@@ -1127,7 +1139,9 @@ class EquivalenceStage(Stage):
                     )
             if not proves and opts["formal"]:
                 factor = max(1, int(opts["simulation_only_factor"]))
-                more, _, more_hex = self._stimulus(ctx, plan, _Formal("skipped"), factor=factor, salt=1)
+                more, _, more_hex = self._stimulus(
+                    ctx, plan, _Formal("skipped"), factor=factor, per_answer=True, salt=1
+                )
                 sim = self._compare(ctx, work, gold, gate, plan, more, metrics, notes, more_hex)
                 if isinstance(sim, StageResult):
                     return sim
@@ -1151,25 +1165,33 @@ class EquivalenceStage(Stage):
         )
 
     def _stimulus(
-        self, ctx: StageContext, plan: diffsim.SimPlan, fres: _Formal, *, factor: int, salt: int = 0
+        self,
+        ctx: StageContext,
+        plan: diffsim.SimPlan,
+        fres: _Formal,
+        *,
+        factor: int,
+        per_answer: bool,
+        salt: int = 0,
     ) -> tuple[diffsim.Stimulus, int, str | None]:
         """The random runs, after a formal counterexample's replay when there is one; how many cycles the replay
-        takes; the stimulus file's text where it is known already. The random runs are the task's own (seeded from
-        the task, `task_seed`: the same for every sample of a task, so the reference's trace is kept per task), but
-        with a `salt`, the candidate's (seeded from its seed: the longer runs that decide where the reference does
-        not prove, so one answer's feedback never shows another's stimulus there)."""
+        takes; the stimulus file's text where it is known already. The task's own runs (`per_answer=False`:
+        seeded from the task, `task_seed`, the same for every sample, so the reference's trace is kept per task)
+        only settle a pass (a proof they agree with) or nothing (an answer they refute with no credit); the
+        answer's own (seeded from its seed, and `salt`) decide everything paid in between, so an answer that knows
+        the task's inputs gains nothing by matching only them."""
         opts = {**DEFAULTS, **ctx.options}
         seeds = int(opts["seeds"]) * factor
         cycles, reset_probability = int(opts["cycles"]), float(opts["reset_probability"])
-        seed = task_seed(ctx.task) if salt == 0 else ctx.seed + salt * 1_000_003
+        seed = ctx.seed + salt * 1_000_003 if per_answer else task_seed(ctx.task)
         key = repr((seed, plan, seeds, cycles, reset_probability))
-        got = _TASK_STIMULI.get(key) if salt == 0 else None
+        got = None if per_answer else _TASK_STIMULI.get(key)
         if got is None:
             random_stim = diffsim.random_stimulus(
                 plan, seed, seeds=seeds, cycles=cycles, reset_probability=reset_probability
             )
             got = (random_stim, diffsim.stimulus_hex(plan, random_stim))
-            if salt == 0:
+            if not per_answer:
                 _TASK_STIMULI.put(key, got)
         random_stim, random_hex = got
         if fres.outcome == "cex":
@@ -1410,6 +1432,18 @@ class EquivalenceStage(Stage):
             + "; ".join(d.message for d in notes)
         )
         return self.result(Status.ERROR, 0.0, metrics=metrics, diagnostics=notes, feedback=msg)
+
+
+def _settled(sim: Any, fres: _Formal, refuted_at_zero: bool) -> bool:
+    """Whether a simulation on the task's own runs settles the verdict: an answer they refute with no credit (or
+    Icarus rejects), a proof they agree with, a reference that cannot be simulated at all (no comparison pays
+    anything). Anything else is decided on the answer's own runs (`EquivalenceStage._stimulus`)."""
+    if sim is None:
+        return False
+    comparison, gold_error, gate_error, _ = sim
+    if refuted_at_zero or gold_error:
+        return True
+    return fres.outcome == "proved" and not gate_error and comparison is not None and comparison.first is None
 
 
 def _refuted_score(
