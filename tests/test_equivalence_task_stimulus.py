@@ -176,3 +176,30 @@ def test_an_answer_that_matches_only_the_tasks_runs_earns_what_a_stub_earns(
     first = [(side, st) for side, _, st, _ in RUNS]
     if not blocker:  # the task's runs came first and did not refute it: the proof did, then its own runs
         assert first[0][0] == "gold" and first[1][0] == "gate" and first[0][1] == stim
+
+
+def test_an_answers_own_runs_are_seeded_from_all_of_its_text(tmp_path, monkeypatch, simulations):
+    """Where the answer's own runs decide (here: a mutant whose proof finds a counterexample), their inputs come from
+    `answer_seed`, 256 bits of the task and the answer's files: the same answer twice gets the same runs, a comment
+    more gets others (a 31-bit seed could be ground to a chosen value by changing a comment)."""
+    from rtlreward_equivalence import answer_seed, diffsim
+
+    monkeypatch.setenv("RTLREWARD_CACHE_DIR", str(tmp_path / "cache"))
+    task = next(
+        t for t in load_tasks("verilog-eval", skip_known_issues=True, limit=60) if t.id.startswith("Prob033")
+    )
+    ref = next(iter(task.reference.values()))
+    wrong = ref.replace("a[7] != s[7]", "a[7] == s[7]")
+    assert wrong != ref
+    runs = []
+    with Engine(FORMAL_FIRST, cache=False, jobs=1, workspace_root=tmp_path / "ws") as eng:
+        for text in (wrong, wrong, "// again\n" + wrong):
+            RUNS.clear()
+            st = eng.score(task, {"TopModule.sv": text}).stages["equivalence"]
+            assert st.metrics["formal"] == "cex", st.metrics
+            _, plan, stim, _ = [r for r in RUNS if r[0] == "gate"][-1]  # the calibration's run comes first
+            runs.append(stim)
+            own = diffsim.random_stimulus(plan, answer_seed(task, {"TopModule.sv": text}))
+            assert stim.vectors[len(stim) - len(own) :] == own.vectors  # after the counterexample's replay
+    assert runs[0] == runs[1] and runs[0].vectors != runs[2].vectors
+    assert answer_seed(task, {"TopModule.sv": wrong}).bit_length() > 200

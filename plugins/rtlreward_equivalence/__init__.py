@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 import attrs
 
 from rtlreward import hookimpl
-from rtlreward.model import Diagnostic, StageResult, Status
+from rtlreward.model import Diagnostic, StageResult, Status, hash_json
 from rtlreward.sandbox import CommandResult, resource_exhaustion
 from rtlreward.stage import Stage, StageContext, UnsafePath, safe_relpath
 from rtlreward_hdl.icarus import direct_command
@@ -203,6 +203,17 @@ def task_seed(task: Any) -> int:
     inputs and the reference runs them once."""
     digest = hashlib.sha256(f"equivalence\0{task.stimulus_fingerprint()}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def answer_seed(task: Any, files: Mapping[str, str], salt: int = 0) -> int:
+    """The seed of an answer's own random runs: 256 bits of the task and the answer's files. The engine's `ctx.seed`
+    (31 bits) is as public, and narrow enough that an answer could be ground (a comment changed until its seed is
+    one whose inputs it was built to match: ~2 CPU-hours in Python, a red-team pass, 2026-11-29); no text can be
+    searched to a chosen one of these."""
+    digest = hashlib.sha256(
+        f"equivalence-answer\0{task.stimulus_fingerprint()}\0{hash_json(dict(files))}\0{salt}".encode()
+    ).digest()
+    return int.from_bytes(digest, "big")
 
 
 def _reference_key(ctx: StageContext, work: Path, side: _Side, *what: Any) -> str:
@@ -1178,12 +1189,12 @@ class EquivalenceStage(Stage):
         takes; the stimulus file's text where it is known already. The task's own runs (`per_answer=False`:
         seeded from the task, `task_seed`, the same for every sample, so the reference's trace is kept per task)
         only settle a pass (a proof they agree with) or nothing (an answer they refute with no credit); the
-        answer's own (seeded from its seed, and `salt`) decide everything paid in between, so an answer that knows
+        answer's own (`answer_seed`: its files, and `salt`) decide everything paid in between, so an answer that knows
         the task's inputs gains nothing by matching only them."""
         opts = {**DEFAULTS, **ctx.options}
         seeds = int(opts["seeds"]) * factor
         cycles, reset_probability = int(opts["cycles"]), float(opts["reset_probability"])
-        seed = ctx.seed + salt * 1_000_003 if per_answer else task_seed(ctx.task)
+        seed = answer_seed(ctx.task, ctx.files, salt) if per_answer else task_seed(ctx.task)
         key = repr((seed, plan, seeds, cycles, reset_probability))
         got = None if per_answer else _TASK_STIMULI.get(key)
         if got is None:
