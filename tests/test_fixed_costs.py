@@ -190,3 +190,48 @@ def test_a_chained_yosys_past_its_own_limit_is_a_yosys_timeout(counter, tmp_path
     assert r.metrics["formal"] == "timeout", (r.metrics, [d.message for d in r.diagnostics])
     assert any("did not finish" in d.message for d in r.diagnostics)
     assert r.metrics["formal_seconds"] < 1.0 + 5
+
+
+LINT_ONLY = {
+    "name": "lint-only",
+    "combiner": "weighted",
+    "stages": ["format", "safety", "lint"],
+    "gates": ["safety"],
+    "verdict": "lint",
+    "weights": {"format": 0.1, "lint": 1.0},
+}
+
+
+def test_lint_skips_the_std_package_only_where_nothing_names_it(counter, tmp_path, monkeypatch):
+    """Verilator parses its built-in `std` package on every run (~3 of ~10 ms) unless `--no-std`: the lint stage
+    passes it where no input names anything the package declares, with the same diagnostics (a warning-ridden
+    mutant here; 591 VerilogEval and RTLLM references, mutants and stubs when it was written); an answer that uses
+    the package keeps it and lints clean."""
+    import rtlreward_lint
+
+    monkeypatch.setenv("RTLREWARD_CACHE_DIR", str(tmp_path / "cache"))
+    ref = counter.reference["TopModule.sv"]
+    noisy = ref.replace("endmodule", "  wire unused_a, unused_b;\n  assign unused_a = unused_b;\nendmodule")
+    uses_std = ref.replace(
+        "endmodule", "  initial begin\n    semaphore s = new(1);\n    s.put(1);\n  end\nendmodule"
+    )
+    ex = Counting()
+    seen = {}
+    with Engine(LINT_ONLY, executor=ex, cache=False, jobs=1, workspace_root=tmp_path / "ws") as eng:
+        eng.score(counter, {"TopModule.sv": ref})  # the task's one-time costs (the engine's calibration run)
+        for name, text in (("noisy", noisy), ("std", uses_std)):
+            ex.argvs.clear()
+            st = eng.score(counter, {"TopModule.sv": text}).stages["lint"]
+            lint = [a for a in ex.argvs if "--lint-only" in a]
+            assert len(lint) == 1, ex.argvs
+            seen[name] = (st.status, st.score, [(d.code, d.line, d.message) for d in st.diagnostics], lint[0])
+        monkeypatch.setattr(rtlreward_lint, "_std_unused", lambda *a: False)
+        with_std = eng.score(counter, {"TopModule.sv": noisy}).stages["lint"]
+    assert "--no-std" in seen["noisy"][3] and "--no-std" not in seen["std"][3]
+    assert seen["noisy"][:3] == (
+        with_std.status,
+        with_std.score,
+        [(d.code, d.line, d.message) for d in with_std.diagnostics],
+    )
+    assert seen["noisy"][1] < 1.0 and seen["noisy"][2]  # the mutant's warnings are there with either reading
+    assert seen["std"][0] is Status.PASSED and not any(d[0] and "error" in str(d[0]) for d in seen["std"][2])
