@@ -774,6 +774,14 @@ class EquivalenceStage(Stage):
         rel = f"sim_{side}"
         run_argv = ["vvp", "-n", "tb.vvp"]
         key = trace_key = None
+
+        def kept_from(run: CommandResult, low: diffsim.Trace, high: diffsim.Trace | None) -> None:
+            """Keep the reference's trace for the task's other samples: from a run before any code of the answer
+            ran here (`keep`) that ended by itself with output of a size worth holding."""
+            small = len(run.stdout) <= _GOLD_TRACE_MAX
+            if trace_key is not None and keep and not run.timed_out and run.returncode == 0 and small:
+                _GOLD_TRACES.put(trace_key, (low, high, run.duration))
+
         if side == "gold":
             # The reference's testbench is compiled once per task, plan and stimulus length bucket and kept in this
             # process (the reference is trusted, and nothing of the answer has run in this workspace yet); the
@@ -799,8 +807,7 @@ class EquivalenceStage(Stage):
                     return _Sim(None, "missing")
                 cut = run.timed_out or run.returncode in (124, 137)
                 low, high = diffsim.parse_phases(run.stdout, nonce, plan, len(stim))
-                if keep and not cut and run.returncode == 0 and len(run.stdout) <= _GOLD_TRACE_MAX:
-                    _GOLD_TRACES.put(trace_key, (low, high, run.duration))
+                kept_from(run, low, high)
                 return _Sim(low, "", run.duration, cut, high=high)
             tb_name, tb = diffsim.testbench(plan, nonce, len(stim), "stim.hex", capacity=capacity)
         else:
@@ -844,14 +851,7 @@ class EquivalenceStage(Stage):
         if _missing_tool(run, "vvp"):
             return _Sim(None, "missing")
         trace, high = diffsim.parse_phases(run.stdout, nonce, plan, len(stim))
-        if (
-            trace_key is not None
-            and keep
-            and not run.timed_out
-            and run.returncode == 0
-            and len(run.stdout) <= _GOLD_TRACE_MAX
-        ):
-            _GOLD_TRACES.put(trace_key, (trace, high, run.duration))
+        kept_from(run, trace, high)
         return _Sim(trace, "", run.duration, run.timed_out, high=high)
 
     @staticmethod
@@ -1195,14 +1195,14 @@ class EquivalenceStage(Stage):
         seeds = int(opts["seeds"]) * factor
         cycles, reset_probability = int(opts["cycles"]), float(opts["reset_probability"])
         seed = answer_seed(ctx.task, ctx.files, salt) if per_answer else task_seed(ctx.task)
-        key = repr((seed, plan, seeds, cycles, reset_probability))
-        got = None if per_answer else _TASK_STIMULI.get(key)
+        key = None if per_answer else repr((seed, plan, seeds, cycles, reset_probability))
+        got = None if key is None else _TASK_STIMULI.get(key)
         if got is None:
             random_stim = diffsim.random_stimulus(
                 plan, seed, seeds=seeds, cycles=cycles, reset_probability=reset_probability
             )
             got = (random_stim, diffsim.stimulus_hex(plan, random_stim))
-            if not per_answer:
+            if key is not None:
                 _TASK_STIMULI.put(key, got)
         random_stim, random_hex = got
         if fres.outcome == "cex":
