@@ -106,7 +106,10 @@ def direct_verilator(argv: list[str]) -> list[str]:
     return ["sh", "-c", _DIRECT, "verilator", found[0], found[1], *argv[1:]]
 
 
+@functools.cache
 def verilator_version() -> str:
+    """The wheel's version (`5.48.0`), else `path:<verilator on PATH>` or `missing`; read once per process (the
+    metadata lookup is ~1 ms, and the lint stage asks on every run)."""
     try:
         return importlib.metadata.version("verilator")
     except importlib.metadata.PackageNotFoundError:
