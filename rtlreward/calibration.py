@@ -31,7 +31,7 @@ from typing import Any
 from rtlreward.cache import default_cache_dir
 from rtlreward.model import Reward, Status, hash_json
 
-__all__ = ["FACTOR", "FLOOR", "Calibrator", "limits_from"]
+__all__ = ["CPU_FLOOR", "CPU_SHARE", "FACTOR", "FLOOR", "Calibrator", "cpu_limit", "limits_from"]
 
 VERSION = 1
 FLOOR = 2.0  # seconds: the least per-command limit a calibrated stage gets
@@ -39,6 +39,17 @@ FACTOR = (
     10.0  # x the reference's time in the stage (one run, so a wide margin for load and for slower answers)
 )
 _MEMORY = 4096  # tasks remembered in-process
+# Under a calibrated wall-clock limit, a simulation's run also gets a CPU-time limit of half of it, at least 1 s (the
+# kernel's granularity for RLIMIT_CPU). A run is one single-threaded process, so its CPU time is at most its wall
+# time, and unlike the wall clock it does not stretch when the machine is loaded: the wall limit's floor is a margin
+# for load, which a loop that never advances time (all CPU) need not be given.
+CPU_SHARE = 0.5
+CPU_FLOOR = 1.0
+
+
+def cpu_limit(wall: float) -> float:
+    """The CPU-time limit of a simulation run under the calibrated wall-clock limit `wall` (seconds)."""
+    return max(CPU_FLOOR, wall * CPU_SHARE)
 
 
 def limits_from(

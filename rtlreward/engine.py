@@ -37,7 +37,7 @@ import attrs
 
 from rtlreward.answers import Answer, restrict_answer
 from rtlreward.cache import ResultCache, stage_key
-from rtlreward.calibration import Calibrator
+from rtlreward.calibration import Calibrator, cpu_limit
 from rtlreward.health import STAGE_LIMITS
 from rtlreward.model import Candidate, Diagnostic, Reward, StageResult, Status, Task, as_candidate, hash_json
 from rtlreward.profiles import DEFAULT_PROFILE, Profile, load_profile
@@ -545,8 +545,9 @@ class Engine:
             nonlocal answer
             if name in calibrated and result.status is Status.TIMEOUT:
                 note = Diagnostic(
-                    f"time limit {calibrated[name]:g} s per command, calibrated from this task's reference "
-                    "(rtlreward.calibration: 10x its time in this stage, at least 2 s)",
+                    f"time limit {calibrated[name]:g} s per command ({cpu_limit(calibrated[name]):g} s of CPU for a "
+                    "simulation), calibrated from this task's reference (rtlreward.calibration: 10x its time in "
+                    "this stage, at least 2 s; half of it in CPU time, at least 1 s)",
                     severity="info",
                     code="calibrated-limit",
                 )
@@ -613,6 +614,7 @@ class Engine:
                     options=options,
                     seed=seed,
                     timeout=timeout,
+                    cpu_timeout=cpu_limit(timeout) if name in calibrated else None,
                     memory_mb=memory,
                     registry=self.registry,
                     products={p: products.get(p) for p in needs},

@@ -86,6 +86,10 @@ class StageContext:
     options: dict[str, Any] = attrs.field(factory=dict)  # this stage's options from the profile
     seed: int = 0  # derived from task and candidate: same input, same seed
     timeout: float = 60.0  # this stage's per-command wall-clock limit
+    # A simulation's CPU-time limit (seconds), set only where `timeout` was calibrated from the task's reference
+    # (rtlreward.calibration): a loop that never advances time is cut when it has burnt this much CPU, however
+    # loaded the machine is, while the wall-clock limit keeps its margin for load. None: the wall clock alone.
+    cpu_timeout: float | None = None
     memory_mb: int | None = 4096
     registry: Any = None  # the engine's rtlreward.plugins.Registry (harness runners, datasets, ...)
     products: dict[str, Any] = attrs.field(factory=dict)  # what the stage `needs`, by product name

@@ -9,10 +9,10 @@ import threading
 
 import attrs
 import pytest
-from verilog_eval_helpers import VE_DATA, needs_verilog_eval
+from verilog_eval_helpers import VE_DATA, needs_verilog_eval, run_harness
 
 from rtlreward import hookimpl
-from rtlreward.calibration import FACTOR, FLOOR, Calibrator, limits_from
+from rtlreward.calibration import FACTOR, FLOOR, Calibrator, cpu_limit, limits_from
 from rtlreward.engine import Engine
 from rtlreward.health import STAGE_LIMITS
 from rtlreward.model import Reward, StageResult, Status
@@ -78,10 +78,24 @@ def test_a_zero_delay_loop_is_cut_at_the_limit_the_reference_calibrated(counter,
     # 10x the reference's own time in the stage, at least 2 s; far below VerilogEval's 30 s simulation limit.
     assert limit == round(max(FLOOR, FACTOR * entry["durations"]["tests"]), 2) and limit < 30
     note = next(d for d in tests.diagnostics if d.code == "calibrated-limit")
-    assert f"{limit:g} s" in note.message
+    assert f"{limit:g} s per command ({cpu_limit(limit):g} s of CPU for a simulation)" in note.message
     assert tests.duration < 30  # the profile's limit would have waited out VerilogEval's 30 s
     # The reference timed for the limits is no candidate: plugins saw one candidate's stages, once each.
     assert sorted(name for _, name in seen.stages) == ["compile", "format", "safety", "tests"]
+
+
+def test_a_calibrated_simulation_is_cut_at_its_cpu_time_long_before_its_wall_clock(counter, tmp_path):
+    """Under a calibrated limit the engine also gives the simulation a CPU-time limit (`cpu_limit`, half the wall
+    clock's): a loop that never advances time burns nothing but CPU, so it ends there, while the wall clock keeps
+    its margin for a loaded machine. Here the wall clock allows 30 s."""
+    hung = run_harness(counter, {"TopModule.sv": LOOP}, tmp_path / "loop", timeout=30.0, cpu_timeout=1.0)
+    assert hung.status is Status.TIMEOUT, hung
+    (said,) = [d for d in hung.diagnostics if d.code == "timeout"]
+    assert "within 1 s of CPU time" in said.message
+    assert hung.duration < 15  # the wall clock's 30 s never came
+    # The reference itself runs to its verdict under the same limits.
+    ok = run_harness(counter, dict(counter.reference), tmp_path / "ref", timeout=30.0, cpu_timeout=1.0)
+    assert ok.passed, ok
 
 
 def test_the_measurement_is_made_once_per_task_and_kept_on_disk(counter, cache_dir, tmp_path):

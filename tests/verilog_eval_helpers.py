@@ -37,9 +37,11 @@ def run_harness(
     ex=None,
     timeout: float = 120.0,
     sim_timeout: float | None = None,
+    cpu_timeout: float | None = None,
 ) -> StageResult:
     """The task's harness runner on `files` as the extracted answer (the `tests` stage's job, without the
-    engine). `sim_timeout` overrides the harness's simulation limit."""
+    engine). `sim_timeout` overrides the harness's simulation limit; `cpu_timeout` is the one the engine sets under
+    a calibrated limit."""
     if sim_timeout is not None:
         task = attrs.evolve(
             task, harness=attrs.evolve(task.harness, options={**task.harness.options, "timeout": sim_timeout})
@@ -53,6 +55,7 @@ def run_harness(
         executor=ex or executor(),
         files=dict(files),
         timeout=timeout,
+        cpu_timeout=cpu_timeout,
         registry=registry,
     )
     return registry.harnesses()[task.harness.kind].run(ctx)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import re
 import secrets
@@ -38,6 +39,7 @@ from typing import Any, ClassVar
 import attrs
 
 from rtlreward import hookimpl
+from rtlreward.calibration import cpu_limit
 from rtlreward.model import Diagnostic, StageResult, Status, hash_json
 from rtlreward.sandbox import CommandResult, resource_exhaustion
 from rtlreward.stage import Stage, StageContext, UnsafePath, safe_relpath
@@ -195,6 +197,14 @@ _GOLD_TRACES = Kept(64)
 _GOLD_TRACE_MAX = 1 << 20
 # The task's random runs and their stimulus file, per seed, plan and options (generated in Python: ~1-2 ms).
 _TASK_STIMULI = Kept(64)
+
+
+def _within(limit: float, seconds: float) -> str:
+    """The limit an answer's run ended at: its wall-clock `limit`, or the CPU time (`cpu_limit`, whole seconds)
+    when it ended before the wall clock could."""
+    if seconds < limit:
+        return f"{max(1, math.ceil(cpu_limit(limit)))} s of CPU time"
+    return f"{limit:g} s"
 
 
 def task_seed(task: Any) -> int:
@@ -827,6 +837,9 @@ class EquivalenceStage(Stage):
             run_cwd=sim_dir,
             compile_limit=float(ctx.timeout),
             run_limit=timeout,
+            # The answer's run is also cut at half its limit in CPU time (a loop that never advances time burns
+            # nothing else), however loaded the machine; the reference's run has the wall clock alone.
+            run_cpu=cpu_limit(timeout) if side == "gate" else None,
         )
         if key is not None and res is not None and res.returncode == 0 and not run.timed_out:
             program = _read_bytes(sim_dir / "tb.vvp", _GOLD_VVP_MAX)
@@ -1269,7 +1282,7 @@ class EquivalenceStage(Stage):
         if a.timed_out:
             notes.append(
                 Diagnostic(
-                    f"the simulation of the answer did not finish within {limit:g} s (the reference took "
+                    f"the simulation of the answer did not finish within {_within(limit, a.seconds)} (the reference took "
                     f"{g.seconds:.2f} s): cycles it never reached count as different",
                     code="sim-timeout",
                 )

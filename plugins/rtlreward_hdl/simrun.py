@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import secrets
 import shlex
 import shutil
+import signal
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -327,8 +329,11 @@ def run_testbench(
     # 2+3 in one sandboxed command (compile_then_run). The design cannot write files (control_tasks), so what the
     # compile's files say is the compiler's.
     t = max(1.0, min(float(sim_timeout), float(ctx.timeout)))
+    # A calibrated limit also bounds the run's CPU time (rtlreward.calibration.cpu_limit): a loop that never
+    # advances time is cut at it, well before the wall clock's margin for load.
+    cpu = min(ctx.cpu_timeout, t) if ctx.cpu_timeout is not None else None
     comp, both = compile_then_run(
-        ctx, argv, ["vvp", "-n", "_rtlreward_sim.vvp"], cwd=root, compile_limit=limit, run_limit=t
+        ctx, argv, ["vvp", "-n", "_rtlreward_sim.vvp"], cwd=root, compile_limit=limit, run_limit=t, run_cpu=cpu
     )
     if comp is None:
         if both.timed_out:
@@ -354,8 +359,11 @@ def run_testbench(
 
     sim = both  # 3. the simulation's part of the command
     if sim.timed_out:
+        within = f"{t:g} s"
+        if cpu is not None and sim.duration < t:  # the kernel ended it at its CPU time, before the wall clock
+            within = f"{max(1, math.ceil(cpu))} s of CPU time"
         d = Diagnostic(
-            f"the simulation did not finish within {t:g} s (a loop that never advances time, or a design that "
+            f"the simulation did not finish within {within} (a loop that never advances time, or a design that "
             "never produces what the testbench waits for)",
             code="timeout",
         )
@@ -455,11 +463,14 @@ def _capture_testbench(
 
 
 # Compile ("$@": the answer's file names are arguments, never shell text), record its output and exit status in
-# files, then, if it built, run the simulation under `timeout` (124: the limit fired; 137: it had to SIGKILL).
+# files, then, if it built, run the simulation under `timeout` (124: the limit fired; 137: it had to SIGKILL) and,
+# where the caller gives one, a soft CPU-time limit (the kernel's SIGXCPU, which `timeout` passes on: 152, or the
+# signal itself; no core file).
 _COMPILE_THEN_RUN = (
     '"$@" >_rtlreward_compile.log 2>&1; rc=$?; echo "$rc" >_rtlreward_compile.rc; '
-    '[ "$rc" -eq 0 ] || exit 0; cd {cwd} || exit 0; exec timeout -k 1 {limit} {run}'
+    '[ "$rc" -eq 0 ] || exit 0; cd {cwd} || exit 0; {cpu}exec timeout -k 1 {limit} {run}'
 )
+_RUN_LIMIT_CODES = (124, 137, 128 + signal.SIGXCPU, -signal.SIGXCPU)  # a limit of the run fired
 _LOG_LIMIT = 1 << 20
 _COMPILE_FILES = ("_rtlreward_compile.rc", "_rtlreward_compile.log")
 
@@ -473,18 +484,23 @@ def compile_then_run(
     compile_limit: float,
     run_limit: float,
     run_cwd: Path | None = None,
+    run_cpu: float | None = None,
 ) -> tuple[CommandResult | None, CommandResult]:
     """An Icarus compile and the simulation it built, in one sandboxed command (one sandbox set-up, not two):
     the compile's output and exit status go to files in `cwd`, then, when it built, `run_argv` runs in `run_cwd`
     under its own `run_limit` with its output on the command's pipes (capped as any command's). Returns (the
     compile's result, None when it never finished; the whole command's result, which is the run's when the
     compile built: `timed_out` then says the run's limit fired). Nothing of the design runs before the
-    compile's status is written. `run_argv` is the caller's own command (it is shell text), never the answer's."""
+    compile's status is written. `run_argv` is the caller's own command (it is shell text), never the answer's.
+    `run_cpu`: the run's CPU-time limit in seconds (rounded up to whole seconds, the kernel's unit), set after the
+    compile, so only the simulation has it; reaching it reads as the run's limit firing."""
     for left in _COMPILE_FILES:
         (cwd / left).unlink(missing_ok=True)
     rel = os.path.relpath(run_cwd or cwd, cwd)
+    # A shell that cannot set it (a hard limit already lower) runs on under the wall clock alone.
+    cpu = f"ulimit -c 0; ulimit -S -t {max(1, math.ceil(run_cpu))} 2>/dev/null; " if run_cpu is not None else ""
     script = _COMPILE_THEN_RUN.format(
-        cwd=shlex.quote(rel), limit=f"{run_limit:g}", run=" ".join(shlex.quote(a) for a in run_argv)
+        cwd=shlex.quote(rel), limit=f"{run_limit:g}", run=" ".join(shlex.quote(a) for a in run_argv), cpu=cpu
     )
     both = ctx.run(
         ["sh", "-c", script, "sh", *compile_argv],
@@ -494,7 +510,7 @@ def compile_then_run(
     comp = _compile_part(both, compile_argv, cwd)
     if comp is not None and comp.returncode == 0:
         both = attrs.evolve(
-            both, argv=tuple(run_argv), timed_out=both.timed_out or both.returncode in (124, 137)
+            both, argv=tuple(run_argv), timed_out=both.timed_out or both.returncode in _RUN_LIMIT_CODES
         )
     return comp, both
 
