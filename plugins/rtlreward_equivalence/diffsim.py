@@ -308,15 +308,29 @@ _ONES = str.maketrans("01xz", "0100")
 _KNOWN = str.maketrans("01xz", "1100")
 
 
-def _row_bits(row: tuple[str, ...]) -> tuple[int, int]:
-    """A sample as integers: (its 1 bits, its 0/1 bits), the outputs concatenated in `plan.outputs` order, the first
-    most significant (a sample holds only 0 1 x z: `_sample_pattern`)."""
-    text = "".join(row)
+def _rows_bits(samples: Sequence[tuple[str, ...] | None], width: int) -> tuple[int, int]:
+    """Samples as two integers: their 1 bits and their 0/1 bits, a sample's outputs concatenated in `plan.outputs`
+    order, the first sample most significant; a missing sample is all x (no 0/1 bit). Each sample is `width` bits
+    and holds only 0 1 x z (`_sample_pattern` reads exactly that)."""
+    if not samples or not width:
+        return 0, 0
+    blank = ("x" * width,)
+    text = "".join(["".join(r if r is not None else blank) for r in samples])
     return int(text.translate(_ONES), 2), int(text.translate(_KNOWN), 2)
 
 
+def _fold(bits: int, rows: int, width: int) -> int:
+    """The OR of the `rows` rows of `width` bits that `bits` holds (halving: log2(rows) operations on integers)."""
+    while rows > 1:
+        half = rows // 2
+        low = half * width
+        bits = (bits >> low) | (bits & ((1 << low) - 1))
+        rows -= half
+    return bits
+
+
 def _spans(plan: SimPlan) -> list[tuple[str, int, int]]:
-    """Each output's (name, shift, mask) in a `_row_bits` integer."""
+    """Each output's (name, shift, mask) in one sample's bits (`_rows_bits` of one sample)."""
     spans = []
     shift = plan.output_bits
     for p in plan.outputs:
@@ -329,61 +343,50 @@ def _spans(plan: SimPlan) -> list[tuple[str, int, int]]:
 def compare(plan: SimPlan, stim: Stimulus, gold: Trace, gate: Trace) -> Comparison:
     """Every output bit, every cycle from `stim.compare_from`: a reference bit that is x or z is a don't-care;
     otherwise the candidate must show the same 0/1 (its x is a mismatch). A cycle the candidate never sampled
-    mismatches every defined bit. Each cycle is compared as two integers per side (`_row_bits`)."""
+    mismatches every defined bit. Both traces are compared at once, each as two integers (`_rows_bits`: its 1 bits
+    and its 0/1 bits, the first cycle most significant); a cycle the reference did not reach compares nothing."""
     spans = _spans(plan)
-    bad_all = 0  # every bit that ever differed
+    width = plan.output_bits
+    lo, hi = stim.compare_from, max(stim.compare_from, min(len(stim), len(gold.samples)))
+    golds = gold.samples[lo:hi]
+    gates = list(gate.samples[lo:hi])
+    gates += [None] * (len(golds) - len(gates))
+    rows = len(golds)
+    g_ones, g_known = _rows_bits(golds, width)
+    a_ones, a_known = _rows_bits(gates, width)
+    differs = g_known & ((g_ones ^ a_ones) | ~a_known)
     first: Difference | None = None
-    compared = 0
-    defined = 0
-    for c in range(stim.compare_from, len(stim)):
-        g = gold.samples[c] if c < len(gold.samples) else None
-        if g is None:
-            continue  # the reference did not get here: nothing to compare against
-        a = gate.samples[c] if c < len(gate.samples) else None
-        compared += 1
-        if a == g:  # the same text: no bit differs (x/z of the reference are don't-cares, 0/1 match)
-            row = "".join(g)
-            defined += len(row) - row.count("x") - row.count("z")
-            continue
-        g_ones, g_known = _row_bits(g)
-        defined += g_known.bit_count()
-        if a is None:
-            differs = g_known
-        else:
-            a_ones, a_known = _row_bits(a)
-            differs = g_known & ((g_ones ^ a_ones) | ~a_known)
-        if not differs:
-            continue
-        bad_all |= differs
-        if first is None:
-            first = Difference(
-                cycle=c,
-                expected={p.name: g[k] for k, p in enumerate(plan.outputs)},
-                actual={p.name: (a[k] if a is not None else None) for k, p in enumerate(plan.outputs)},
-                differing=tuple(name for name, shift, mask in spans if (differs >> shift) & mask),
-            )
+    if differs:
+        r = (rows * width - differs.bit_length()) // width  # the first cycle with a differing bit
+        c, g, a = lo + r, golds[r], gates[r]
+        row = (differs >> ((rows - 1 - r) * width)) & ((1 << width) - 1)
+        first = Difference(
+            cycle=c,
+            expected={p.name: g[k] for k, p in enumerate(plan.outputs)},
+            actual={p.name: (a[k] if a is not None else None) for k, p in enumerate(plan.outputs)},
+            differing=tuple(name for name, shift, mask in spans if (row >> shift) & mask),
+        )
+    bad_all = _fold(differs, rows, width)
     bad = {}
     for name, shift, mask in spans:
         bits = (bad_all >> shift) & mask
         bad[name] = frozenset(j for j in range(bits.bit_length()) if bits >> j & 1)
-    return Comparison(bad, first, compared, defined)
+    compared = rows - sum(1 for g in golds if g is None)
+    return Comparison(bad, first, compared, g_known.bit_count())
 
 
 def constant_share(plan: SimPlan, stim: Stimulus, gold: Trace) -> float:
     """The output-bit credit the best constant stub earns on `stim`: the share of the reference's output bits that
     were never both 0 and 1 in a compared cycle (a stub with each such bit tied to its one value never differs on
     it). Partial credit is measured above this, so outputs tied to 0 or 1 earn nothing."""
-    if not plan.output_bits:
+    width = plan.output_bits
+    if not width:
         return 0.0
-    ones = zeros = 0  # bits seen as 1, as 0
-    for c in range(stim.compare_from, min(len(stim), len(gold.samples))):
-        g = gold.samples[c]
-        if g is None:
-            continue
-        g_ones, g_known = _row_bits(g)
-        ones |= g_ones
-        zeros |= g_known & ~g_ones
-    return (plan.output_bits - (ones & zeros).bit_count()) / plan.output_bits
+    golds = gold.samples[stim.compare_from : min(len(stim), len(gold.samples))]
+    g_ones, g_known = _rows_bits(golds, width)
+    ones = _fold(g_ones, len(golds), width)
+    zeros = _fold(g_known & ~g_ones, len(golds), width)
+    return (width - (ones & zeros).bit_count()) / width
 
 
 def fmt_bits(bits: str | None) -> str:
