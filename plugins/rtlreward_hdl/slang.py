@@ -10,6 +10,7 @@ words, a file name and a line number, never slang's rendered source lines.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
@@ -67,82 +68,122 @@ class ExpansionTooLarge(RuntimeError):
 def macro_expansion(texts: Iterable[str], *, cap: int = MAX_MACRO_TOKENS) -> tuple[int, int]:
     """(tokens, depth): an upper bound of the tokens the largest of `texts` expands to through the `define macros
     they declare (all of them, each name at its largest definition), saturating just past `cap`, and how deeply
-    macros nest in that expansion (saturating past MAX_MACRO_DEPTH). Cheap where no text defines a macro."""
+    macros nest in that expansion (saturating past MAX_MACRO_DEPTH). Cheap where no text defines a macro.
+
+    Only a text with a backtick can define or use a macro: such a text's bound is computed against the macros of
+    all such texts and remembered for them (`_body_cost`: a task's testbench, the same for every answer, is read
+    once); a text without one is its token count."""
     texts = list(texts)
     if not any("`define" in t for t in texts):
         return max((len(t) for t in texts), default=0), 0
-    macros: dict[str, list[tuple[tuple[str, ...] | None, list[str]]]] = {}
-    bodies: list[str] = []
-    for t in texts:
-        t = strip_comments(t)
-        for m in _DEFINE_RE.finditer(t):
-            params = None
-            if m.group(2) is not None:
-                params = tuple(q.split("=", 1)[0].strip() for q in m.group(2)[1:-1].split(",") if q.strip())
-            macros.setdefault(m.group(1), []).append((params, _TOKEN_RE.findall(m.group(3))))
-        bodies.append(_DEFINE_RE.sub("", t))
-    memo: dict[tuple, tuple[int, int]] = {}
-    over = cap + 1
-
-    def args_of(toks: list[str], i: int) -> tuple[list[list[str]], int]:
-        """The arguments of a call whose "(" is at toks[i-1]; and the index after its ")"."""
-        out: list[list[str]] = [[]]
-        level = 0
-        while i < len(toks):
-            t = toks[i]
-            if t in "([{":
-                level += 1
-            elif t in ")]}":
-                if level == 0 and t == ")":
-                    return out, i + 1
-                level -= 1
-            elif t == "," and level == 0:
-                out.append([])
-                i += 1
-                continue
-            out[-1].append(t)
-            i += 1
-        return out, i
-
-    def cost(toks: list[str], env: dict[str, int], depth: int, active: frozenset[str]) -> tuple[int, int]:
-        if depth > MAX_MACRO_DEPTH:
-            return over, depth
-        total, deepest, i = 0, depth, 0
-        while i < len(toks) and total <= cap:
-            t = toks[i]
-            i += 1
-            if t in env:
-                total += env[t]
-                continue
-            name = t[1:] if t.startswith("`") else ""
-            if name not in macros or name in active:
-                total += 1
-                continue
-            best = (0, depth)
-            call: list[list[str]] | None = None
-            if i < len(toks) and toks[i] == "(" and any(p is not None for p, _ in macros[name]):
-                call, i = args_of(toks, i + 1)
-            arg_costs = tuple(cost(a, env, depth + 1, active)[0] for a in call) if call is not None else ()
-            key = (name, arg_costs, depth if depth > MAX_MACRO_DEPTH // 2 else 0)
-            if key in memo:
-                best = memo[key]
-            else:
-                for params, body in macros[name]:
-                    sub = dict(zip(params or (), arg_costs, strict=False))
-                    got = cost(body, sub, depth + 1, active | {name})
-                    best = (max(best[0], got[0]), max(best[1], got[1]))
-                memo[key] = best
-            total += best[0]
-            deepest = max(deepest, best[1])
-        return min(total, over), deepest
-
+    defining = tuple(t for t in texts if "`" in t)
     worst = (0, 0)
-    for b in bodies:
-        got = cost(_TOKEN_RE.findall(b), {}, 0, frozenset())
+    for t in texts:
+        if "`" in t:
+            got = _body_cost(defining, t, cap)
+        else:
+            got = (min(len(_TOKEN_RE.findall(strip_comments(t))), cap + 1), 0)
         worst = (max(worst[0], got[0]), max(worst[1], got[1]))
         if worst[0] > cap or worst[1] > MAX_MACRO_DEPTH:
             break
     return worst
+
+
+_REMEMBERED_TEXT = 1 << 16  # a text up to this size is remembered with its bound (an answer may be 1,000,000 chars)
+
+
+def _body_cost(defining: tuple[str, ...], text: str, cap: int) -> tuple[int, int]:
+    """`macro_expansion`'s bound of one text given the macros every text of `defining` declares."""
+    if len(text) > _REMEMBERED_TEXT or sum(len(t) for t in defining) > 4 * _REMEMBERED_TEXT:
+        return _body_cost_of(defining, text, cap)
+    return _remembered_cost(defining, text, cap)
+
+
+def _body_cost_of(defining: tuple[str, ...], text: str, cap: int) -> tuple[int, int]:
+    macros = _macro_table(defining)
+    body = _DEFINE_RE.sub("", strip_comments(text))
+    return _cost(_TOKEN_RE.findall(body), {}, 0, frozenset(), macros, {}, cap)
+
+
+_remembered_cost = functools.lru_cache(maxsize=64)(_body_cost_of)
+
+
+def _macro_table(defining: tuple[str, ...]) -> dict[str, list[tuple[tuple[str, ...] | None, list[str]]]]:
+    """Every `define of these texts: name -> [(parameters or None, body tokens)], in order."""
+    macros: dict[str, list[tuple[tuple[str, ...] | None, list[str]]]] = {}
+    for t in defining:
+        for m in _DEFINE_RE.finditer(strip_comments(t)):
+            params = None
+            if m.group(2) is not None:
+                params = tuple(q.split("=", 1)[0].strip() for q in m.group(2)[1:-1].split(",") if q.strip())
+            macros.setdefault(m.group(1), []).append((params, _TOKEN_RE.findall(m.group(3))))
+    return macros
+
+
+def _args_of(toks: list[str], i: int) -> tuple[list[list[str]], int]:
+    """The arguments of a call whose "(" is at toks[i-1]; and the index after its ")"."""
+    out: list[list[str]] = [[]]
+    level = 0
+    while i < len(toks):
+        t = toks[i]
+        if t in "([{":
+            level += 1
+        elif t in ")]}":
+            if level == 0 and t == ")":
+                return out, i + 1
+            level -= 1
+        elif t == "," and level == 0:
+            out.append([])
+            i += 1
+            continue
+        out[-1].append(t)
+        i += 1
+    return out, i
+
+
+def _cost(
+    toks: list[str],
+    env: dict[str, int],
+    depth: int,
+    active: frozenset[str],
+    macros: dict[str, list[tuple[tuple[str, ...] | None, list[str]]]],
+    memo: dict[tuple, tuple[int, int]],
+    cap: int,
+) -> tuple[int, int]:
+    """(tokens, depth) `toks` expand to, each macro at its largest definition, saturating just past `cap`."""
+    over = cap + 1
+    if depth > MAX_MACRO_DEPTH:
+        return over, depth
+    total, deepest, i = 0, depth, 0
+    while i < len(toks) and total <= cap:
+        t = toks[i]
+        i += 1
+        if t in env:
+            total += env[t]
+            continue
+        name = t[1:] if t.startswith("`") else ""
+        if name not in macros or name in active:
+            total += 1
+            continue
+        best = (0, depth)
+        call: list[list[str]] | None = None
+        if i < len(toks) and toks[i] == "(" and any(p is not None for p, _ in macros[name]):
+            call, i = _args_of(toks, i + 1)
+        arg_costs = (
+            tuple(_cost(a, env, depth + 1, active, macros, memo, cap)[0] for a in call) if call is not None else ()
+        )
+        key = (name, arg_costs, depth if depth > MAX_MACRO_DEPTH // 2 else 0)
+        if key in memo:
+            best = memo[key]
+        else:
+            for params, body in macros[name]:
+                sub = dict(zip(params or (), arg_costs, strict=False))
+                got = _cost(body, sub, depth + 1, active | {name}, macros, memo, cap)
+                best = (max(best[0], got[0]), max(best[1], got[1]))
+            memo[key] = best
+        total += best[0]
+        deepest = max(deepest, best[1])
+    return min(total, over), deepest
 
 
 def check_expansion(texts: Iterable[str]) -> None:
