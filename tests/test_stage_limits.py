@@ -173,6 +173,53 @@ def test_macro_bound_leaves_ordinary_macros_alone():
     assert macro_expansion([calls])[0] > MAX_MACRO_TOKENS
 
 
+# A chain of 10,000 macros, each naming the next, used deepest first: the depth a macro reaches below its use must
+# not be remembered as the depth it was first measured at (red-team: the bound read 100 where the chain is 10,001
+# deep, and pyslang overflowed its stack in the scoring process: exit 139 under `equiv` and `shaped`).
+DEEP_FIRST = design(
+    "  wire mz = " + " | ".join(f"`c{i}" for i in range(9950, -1, -100)) + ";\n",
+    before="".join(f"`define c{i} `c{i + 1}\n" for i in range(10_000)) + "`define c10000 1'b0\n",
+)
+
+
+def test_macro_depth_reused_deeper_down_is_counted_from_where_it_is_used():
+    from rtlreward_hdl.slang import MAX_MACRO_DEPTH, ExpansionTooLarge, check_expansion, macro_expansion
+
+    assert macro_expansion([DEEP_FIRST])[1] > MAX_MACRO_DEPTH
+    with pytest.raises(ExpansionTooLarge) as refused:
+        check_expansion([DEEP_FIRST])
+    assert refused.value.limit == "macro_depth"
+
+
+def test_macro_depth_is_exact_on_random_acyclic_macros():
+    """Random macro graphs (each body names later macros or plain tokens), used in random order: the bound's depth
+    is the true nesting depth, however the uses share macros."""
+    import functools
+    import random
+
+    from rtlreward_hdl.slang import macro_expansion
+
+    rng = random.Random(11)
+    for _ in range(400):
+        n = rng.randint(1, 40)
+        bodies = [
+            [
+                f"`m{rng.randint(i + 1, n - 1)}" if i + 1 < n and rng.random() < 0.7 else "x"
+                for _ in range(rng.randint(0, 4))
+            ]
+            for i in range(n)
+        ]
+
+        @functools.cache
+        def depth(i: int, bodies=bodies) -> int:
+            return 1 + max((depth(int(t[2:])) for t in bodies[i] if t.startswith("`")), default=0)
+
+        uses = [rng.randrange(n) for _ in range(rng.randint(1, 6))]
+        text = "".join(f"`define m{i} {' '.join(b)}\n" for i, b in enumerate(bodies))
+        text += "module t; " + " ".join(f"`m{u}" for u in uses) + " endmodule\n"
+        assert macro_expansion([text])[1] == max(depth(u) for u in uses), text
+
+
 @needs_icarus
 def test_equivalence_answer_that_crashes_icarus_fails_naming_the_stack(tmp_path: Path):
     from rtlreward_equivalence import EquivalenceStage

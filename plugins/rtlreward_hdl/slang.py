@@ -172,15 +172,20 @@ def _cost(
         arg_costs = (
             tuple(_cost(a, env, depth + 1, active, macros, memo, cap)[0] for a in call) if call is not None else ()
         )
-        key = (name, arg_costs, depth if depth > MAX_MACRO_DEPTH // 2 else 0)
+        # Remembered per macro and argument costs with the depth it reaches *below* the use: reused at another
+        # depth, that is added to the depth of the use. (An absolute depth, as first kept, made a macro measured
+        # near the top and reused 100 levels down look 100 levels shallower, down a chain of 10,000 macros: pyslang
+        # then overflowed its stack in the scoring process.)
+        key = (name, arg_costs)
         if key in memo:
-            best = memo[key]
+            tokens, below = memo[key]
+            best = (tokens, depth + below)
         else:
             for params, body in macros[name]:
                 sub = dict(zip(params or (), arg_costs, strict=False))
                 got = _cost(body, sub, depth + 1, active | {name}, macros, memo, cap)
                 best = (max(best[0], got[0]), max(best[1], got[1]))
-            memo[key] = best
+            memo[key] = (best[0], best[1] - depth)
         total += best[0]
         deepest = max(deepest, best[1])
     return min(total, over), deepest
