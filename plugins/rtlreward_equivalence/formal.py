@@ -123,6 +123,9 @@ def _read_side(
     return lines
 
 
+SHIFT_HOLD = 8  # reset frames up to this many are counted by a shift register in the wrapper, more by a counter
+
+
 def wrapper(
     inputs: Sequence[PortInfo],
     outputs: Sequence[PortInfo],
@@ -154,7 +157,17 @@ def wrapper(
         gate += [f".{name}_d({a}_d)", f".{name}_x({a}_x)"]
         terms.append(f"(|(~{g}_x & (({g}_d ^ {a}_d) | {a}_x)))")
     diff = " | ".join(terms) or "1'b0"
-    if hold:
+    if 0 < hold <= SHIFT_HOLD:
+        # A shift register filling with ones: `started` after `hold` frames, as the counter below, with no adder
+        # or comparator for techmap to map (the counter's $alu, $eq and $ne were ~8 of ~19 ms of Yosys on an 8-bit
+        # register with a reset) and `hold` latches instead of 8.
+        shift = "1'b1" if hold == 1 else f"{{rtlreward_frame[{hold - 2}:0], 1'b1}}"
+        started = [
+            f"  reg [{hold - 1}:0] rtlreward_frame = {hold}'d0;",
+            f"  always @(posedge rtlreward_clk) rtlreward_frame <= {shift};",
+            f"  wire rtlreward_started = rtlreward_frame[{hold - 1}];",
+        ]
+    elif hold:
         started = [
             "  reg [7:0] rtlreward_frame = 8'd0;",
             f"  always @(posedge rtlreward_clk) if (rtlreward_frame != 8'd{hold}) "
