@@ -16,10 +16,8 @@ from rtlreward_equivalence.design import PortInfo, Reset
 
 pytestmark = pytest.mark.skipif(shutil.which("iverilog") is None, reason="needs Icarus Verilog")
 
-FRAMES = 24
 
-
-def _frames(tmp_path: Path, hold: int, active_low: bool) -> list[tuple[int, int]]:
+def _frames(tmp_path: Path, hold: int, active_low: bool, frames: int) -> list[tuple[int, int]]:
     """(the reset the sides saw, trigger) in each frame, the free reset input held inactive throughout."""
     names = formal.Names.fresh()
     reset = Reset("rst", active_low)
@@ -38,7 +36,7 @@ def _frames(tmp_path: Path, hold: int, active_low: bool) -> list[tuple[int, int]
         "module tb;\n  reg clk = 0;\n  wire trigger;\n"
         f"  {names.top} dut(.rtlreward_clk(clk), .in_rst(1'b{inactive}), .trigger(trigger));\n"
         "  integer i;\n  initial begin\n"
-        f"    for (i = 0; i < {FRAMES}; i = i + 1) begin\n"
+        f"    for (i = 0; i < {frames}; i = i + 1) begin\n"
         '      #1 $display("%0d %0d", dut.rtlreward_gold.rst, trigger);\n'
         "      clk = 1; #1 clk = 0;\n    end\n  end\nendmodule\n"
     )
@@ -50,12 +48,13 @@ def _frames(tmp_path: Path, hold: int, active_low: bool) -> list[tuple[int, int]
     return [tuple(int(v) for v in line.split()) for line in out.splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("hold", [1, 2, 3, formal.SHIFT_HOLD, formal.SHIFT_HOLD + 1, 20])
+@pytest.mark.parametrize("hold", [1, 2, 3, formal.SHIFT_HOLD, formal.SHIFT_HOLD + 1, 20, 256, 300])
 @pytest.mark.parametrize("active_low", [False, True])
 def test_the_reset_is_held_and_not_compared_for_exactly_reset_cycles_frames(tmp_path, hold, active_low):
-    seen = _frames(tmp_path, hold, active_low)
+    frames = hold + 12
+    seen = _frames(tmp_path, hold, active_low, frames)
     active, inactive = (0, 1) if active_low else (1, 0)
-    assert seen == [(active, 0)] * hold + [(inactive, 1)] * (FRAMES - hold)
+    assert seen == [(active, 0)] * hold + [(inactive, 1)] * (frames - hold)
 
 
 def test_up_to_shift_hold_frames_take_one_latch_each_and_no_adder():

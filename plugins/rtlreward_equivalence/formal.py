@@ -168,11 +168,12 @@ def wrapper(
             f"  wire rtlreward_started = rtlreward_frame[{hold - 1}];",
         ]
     elif hold:
+        w = max(8, hold.bit_length())  # wide enough for the count (8 bits wrapped 256 to 0: no reset held at all)
         started = [
-            "  reg [7:0] rtlreward_frame = 8'd0;",
-            f"  always @(posedge rtlreward_clk) if (rtlreward_frame != 8'd{hold}) "
-            "rtlreward_frame <= rtlreward_frame + 8'd1;",
-            f"  wire rtlreward_started = rtlreward_frame == 8'd{hold};",
+            f"  reg [{w - 1}:0] rtlreward_frame = {w}'d0;",
+            f"  always @(posedge rtlreward_clk) if (rtlreward_frame != {w}'d{hold}) "
+            f"rtlreward_frame <= rtlreward_frame + {w}'d1;",
+            f"  wire rtlreward_started = rtlreward_frame == {w}'d{hold};",
         ]
     else:  # compared from the first frame: no counter (its 8 latches would make a combinational miter sequential)
         started = ["  wire rtlreward_started = 1'b1;"]
