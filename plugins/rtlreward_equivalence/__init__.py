@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import os
 import re
 import secrets
@@ -46,7 +45,7 @@ from rtlreward.stage import Stage, StageContext, UnsafePath, safe_relpath
 from rtlreward_hdl.icarus import direct_command
 from rtlreward_hdl.kept import Kept
 from rtlreward_hdl.preprocess import inert
-from rtlreward_hdl.simrun import compile_then_run
+from rtlreward_hdl.simrun import compile_then_run, cpu_seconds
 from rtlreward_hdl.slang import ExpansionTooLarge
 from rtlreward_hdl.yosys import SAFE_PATH_RE, YOSYS_RUNNER
 from rtlreward_hdl.yosys import missing_tool as _missing_tool
@@ -203,7 +202,7 @@ def _within(limit: float, seconds: float) -> str:
     """The limit an answer's run ended at: its wall-clock `limit`, or the CPU time (`cpu_limit`, whole seconds)
     when it ended before the wall clock could."""
     if seconds < limit:
-        return f"{max(1, math.ceil(cpu_limit(limit)))} s of CPU time"
+        return f"{cpu_seconds(cpu_limit(limit))} s of CPU time"
     return f"{limit:g} s"
 
 

@@ -72,6 +72,7 @@ __all__ = [
     "SimRun",
     "compile_then_run",
     "control_tasks",
+    "cpu_seconds",
     "limit_diagnostic",
     "run_testbench",
     "split_tagged",
@@ -361,7 +362,7 @@ def run_testbench(
     if sim.timed_out:
         within = f"{t:g} s"
         if cpu is not None and sim.duration < t:  # the kernel ended it at its CPU time, before the wall clock
-            within = f"{max(1, math.ceil(cpu))} s of CPU time"
+            within = f"{cpu_seconds(cpu)} s of CPU time"
         d = Diagnostic(
             f"the simulation did not finish within {within} (a loop that never advances time, or a design that "
             "never produces what the testbench waits for)",
@@ -475,6 +476,11 @@ _LOG_LIMIT = 1 << 20
 _COMPILE_FILES = ("_rtlreward_compile.rc", "_rtlreward_compile.log")
 
 
+def cpu_seconds(limit: float) -> int:
+    """A CPU-time limit as the kernel applies it (RLIMIT_CPU): whole seconds, at least 1."""
+    return max(1, math.ceil(limit))
+
+
 def compile_then_run(
     ctx: StageContext,
     compile_argv: Sequence[str],
@@ -498,7 +504,7 @@ def compile_then_run(
         (cwd / left).unlink(missing_ok=True)
     rel = os.path.relpath(run_cwd or cwd, cwd)
     # A shell that cannot set it (a hard limit already lower) runs on under the wall clock alone.
-    cpu = f"ulimit -c 0; ulimit -S -t {max(1, math.ceil(run_cpu))} 2>/dev/null; " if run_cpu is not None else ""
+    cpu = f"ulimit -c 0; ulimit -S -t {cpu_seconds(run_cpu)} 2>/dev/null; " if run_cpu is not None else ""
     script = _COMPILE_THEN_RUN.format(
         cwd=shlex.quote(rel), limit=f"{run_limit:g}", run=" ".join(shlex.quote(a) for a in run_argv), cpu=cpu
     )
