@@ -90,6 +90,15 @@ def test_daemon_left_behind_by_a_finished_command_is_killed(ex, ws):
     assert wait_gone(t) == []
 
 
+def test_a_command_that_closes_its_pipes_before_it_exits_reports_its_own_exit_status(ex, ws):
+    """GNU tools close stdout at exit, just before they end: the command is waited for until its deadline (it was
+    1 s, then a SIGKILL made a clean exit -9); one that closes its pipes and runs on is cut there, as a timeout."""
+    r = ex.run(["sh", "-c", "echo out; exec >&- 2>&-; sleep 1.3; exit 3"], workspace=ws, limits=Limits(timeout=10))
+    assert (r.returncode, r.stdout, r.timed_out) == (3, "out\n", False)
+    hung = ex.run(["sh", "-c", "exec >&- 2>&-; sleep 30"], workspace=ws, limits=Limits(timeout=1))
+    assert hung.timed_out and not hung.ok
+
+
 def test_many_processes_all_die_on_timeout(ex, ws):
     t = token()
     r = ex.run(

@@ -94,6 +94,21 @@ def test_the_time_limit_kills_the_job_and_its_group(ex):
     assert ex.stats().get("ended: retired") == 1  # a cell whose job ran out of time is not lent again
 
 
+def test_a_job_that_closes_its_pipes_before_it_exits_reports_its_own_exit_status(ex):
+    """GNU tools close stdout at exit, just before they end; on a loaded machine the pipes' end was read before the
+    exit, and the SIGKILL meant for leftovers turned a clean exit into -9 (a compile read as failed, a reference's
+    trace as cut short: CI, 2026-11-29). The job is waited for until its own deadline."""
+    ws = ex.make_workspace("t")
+    closed = ex.run(["sh", "-c", "echo out; exec >&- 2>&-; sleep 0.3; exit 3"], workspace=ws)
+    assert (closed.returncode, closed.stdout, closed.timed_out) == (3, "out\n", False)
+    # one that closes its pipes and runs on is still cut at its limit, as a timeout
+    t0 = time.monotonic()
+    hung = ex.run(["sh", "-c", "exec >&- 2>&-; sleep 30"], workspace=ws, limits=Limits(timeout=0.5))
+    assert hung.timed_out and not hung.ok
+    assert time.monotonic() - t0 < 5
+    _done(ex, ws)
+
+
 def test_output_past_the_cap_is_dropped(ex):
     ws = ex.make_workspace("t")
     res = ex.run(["sh", "-c", "head -c 8000000 /dev/zero | tr '\\0' a"], workspace=ws)

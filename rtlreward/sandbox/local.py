@@ -582,10 +582,13 @@ class LocalExecutor:
             )
         finally:
             if not timed_out:
-                # A program may close its pipes just before it exits (GNU tools do, at exit): let it finish, so
-                # its own exit status is reported rather than the SIGKILL meant for its leftovers.
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=max(0.0, min(1.0, start + limits.timeout - time.monotonic())))
+                # A program may close its pipes just before it exits (GNU tools do, at exit): it is waited for
+                # until its deadline, so its own exit status is reported rather than the SIGKILL meant for its
+                # leftovers; one that closed them and runs on is cut there, as a timeout.
+                try:
+                    proc.wait(timeout=max(0.0, start + limits.timeout - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
             with self._running_lock:  # before the wait: once reaped, its pid may be another process's
                 runs = self._running.get(key, {})
                 runs.pop(proc.pid, None)
