@@ -532,6 +532,7 @@ class Engine:
         running: dict[str, tuple[float, float]] = {}  # name -> (started, deadline)
         done: queue.Queue[tuple[str, StageResult]] = queue.Queue()
         seed_basis = task.stimulus_fingerprint()
+        cand_fp = candidate.fingerprint()  # hashed once, not once per stage (the candidate is frozen)
         products: dict[str, Any] = {}
         answer = Answer()
         if FILES not in self.providers:  # no stage extracts files: the candidate's own files are the answer
@@ -599,7 +600,7 @@ class Engine:
                 needs = self.needs(name)
                 reads_files = FILES in needs
                 files = dict(products.get(FILES) or {}) if reads_files else {}
-                seed = derive_seed(seed_basis, files if reads_files else None, candidate.fingerprint())
+                seed = derive_seed(seed_basis, files if reads_files else None, cand_fp)
                 # A stage that reads the answer sees only the kept files, also through ctx.candidate.
                 seen = candidate
                 if reads_files and candidate.files is not None:
@@ -623,7 +624,7 @@ class Engine:
                     p: hash_json(products.get(p)) for p in needs
                 }  # the products it reads; a stage that reads no files reads the raw candidate
                 if not reads_files:
-                    inputs["candidate"] = candidate.fingerprint()
+                    inputs["candidate"] = cand_fp
                 if name in owners:
                     inputs["provides"] = sorted(p for p, s_ in self.providers.items() if s_ == name)
                 now = time.monotonic()
