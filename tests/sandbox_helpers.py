@@ -40,6 +40,40 @@ def wait_gone(arg: str, within: float = 3.0) -> list[int]:
         time.sleep(0.05)
 
 
+class Interrupted(Exception):
+    """What `interrupted_after` raises in the main thread (a caller's Ctrl-C, without pytest's own KeyboardInterrupt)."""
+
+
+def interrupted_after(seconds: float, fn):
+    """Run `fn()` in the main thread with SIGUSR1 raising `Interrupted` there after `seconds` (once): (seconds `fn`
+    took until it raised or returned, whether it was interrupted)."""
+    import signal
+    import threading
+
+    fired = []
+
+    def handler(_sig, _frame):
+        if not fired:
+            fired.append(True)
+            raise Interrupted
+
+    old = signal.signal(signal.SIGUSR1, handler)
+    timer = threading.Timer(seconds, lambda: os.kill(os.getpid(), signal.SIGUSR1))
+    start = time.monotonic()
+    timer.start()
+    try:
+        fn()
+        hit = False
+    except Interrupted:
+        hit = True
+    finally:
+        took = time.monotonic() - start
+        timer.cancel()
+        timer.join()
+        signal.signal(signal.SIGUSR1, old)
+    return took, hit
+
+
 def sim_docker_executor():
     """A DockerExecutor on the rtlreward sim image; the test is skipped without a Docker engine, the image or the
     docker extra. The caller closes it."""

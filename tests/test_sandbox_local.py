@@ -9,7 +9,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import procs_with, token, wait_gone
+from sandbox_helpers import interrupted_after, procs_with, token, wait_gone
 
 from rtlreward.sandbox import MAX_OUTPUT_BYTES, Limits
 from rtlreward.sandbox import local as local_mod
@@ -97,6 +97,19 @@ def test_a_command_that_closes_its_pipes_before_it_exits_reports_its_own_exit_st
     assert (r.returncode, r.stdout, r.timed_out) == (3, "out\n", False)
     hung = ex.run(["sh", "-c", "exec >&- 2>&-; sleep 30"], workspace=ws, limits=Limits(timeout=1))
     assert hung.timed_out and not hung.ok
+
+
+def test_an_interrupted_run_kills_its_command_at_once(ex, ws):
+    """An exception in the caller while a command runs (a Ctrl-C) ends the command then and there: the wait for a
+    command that closed its pipes is only for one whose output was read to the end (red-team: it waited out the
+    command's whole limit, and a second interrupt in that wait left the command running)."""
+    t = token()
+    took, hit = interrupted_after(
+        0.5,
+        lambda: ex.run(["sh", "-c", f"echo first; exec sleep {t}"], workspace=ws, limits=Limits(timeout=20)),
+    )
+    assert hit and took < 5
+    assert wait_gone(t) == []
 
 
 def test_many_processes_all_die_on_timeout(ex, ws):

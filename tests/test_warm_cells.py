@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sandbox_helpers import interrupted_after, token, wait_gone
 
 from rtlreward.sandbox import MAX_OUTPUT_BYTES, Limits
 from rtlreward.sandbox.local import LocalExecutor, remove_workspace
@@ -106,6 +107,24 @@ def test_a_job_that_closes_its_pipes_before_it_exits_reports_its_own_exit_status
     hung = ex.run(["sh", "-c", "exec >&- 2>&-; sleep 30"], workspace=ws, limits=Limits(timeout=0.5))
     assert hung.timed_out and not hung.ok
     assert time.monotonic() - t0 < 5
+    _done(ex, ws)
+
+
+def test_a_run_interrupted_while_its_job_runs_ends_the_cell(ex):
+    """A caller interrupted while a cell's job runs (a Ctrl-C): the job's answer would come later and be read as the
+    next command's (red-team: every later command got the result of the one before), so the cell ends with its job
+    and the next command gets its own result."""
+    ws = ex.make_workspace("t")
+    t = token()
+    took, hit = interrupted_after(
+        0.5,
+        lambda: ex.run(["sh", "-c", f"echo first; exec sleep {t}"], workspace=ws, limits=Limits(timeout=20)),
+    )
+    assert hit and took < 5
+    assert wait_gone(t) == []
+    nxt = ex.run(["sh", "-c", "echo second; exit 5"], workspace=ws)
+    assert (nxt.returncode, nxt.stdout, nxt.timed_out) == (5, "second\n", False)
+    assert ex.stats().get("ended: interrupted") == 1
     _done(ex, ws)
 
 

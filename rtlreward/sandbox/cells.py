@@ -467,7 +467,13 @@ class CellPool:
                 "stdin": base64.b64encode(stdin.encode()).decode() if stdin is not None else None,
                 "cap": MAX_OUTPUT_BYTES,
             }
-            answer = server.job(request, float(limits.timeout) + ANSWER_GRACE)
+            try:
+                answer = server.job(request, float(limits.timeout) + ANSWER_GRACE)
+            except BaseException:
+                # Interrupted while its job runs (the caller's Ctrl-C): the job's answer would come later and be
+                # read as the next command's, so the cell ends with its job.
+                self._end(cell, "interrupted")
+                raise
             if answer is None:
                 self._end(cell, "no answer")
                 with self._lock:

@@ -572,7 +572,7 @@ class LocalExecutor:
             self._running.setdefault(key, {})[proc.pid] = marker
         if self._is_cancelled(key):  # `cancel` ran while this command started
             self._kill(proc.pid, marker)
-        timed_out = False
+        timed_out = pumped = False
         try:
             out, err, dropped, timed_out = _pump(
                 proc,
@@ -580,22 +580,26 @@ class LocalExecutor:
                 start + limits.timeout,
                 lambda: self._kill(proc.pid, marker),
             )
+            pumped = True
         finally:
-            if not timed_out:
-                # A program may close its pipes just before it exits (GNU tools do, at exit): it is waited for
-                # until its deadline, so its own exit status is reported rather than the SIGKILL meant for its
-                # leftovers; one that closed them and runs on is cut there, as a timeout.
-                try:
-                    proc.wait(timeout=max(0.0, start + limits.timeout - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-            with self._running_lock:  # before the wait: once reaped, its pid may be another process's
-                runs = self._running.get(key, {})
-                runs.pop(proc.pid, None)
-                if not runs:
-                    self._running.pop(key, None)
-            self._kill(proc.pid, marker)  # stragglers a command left behind (daemonised children)
-            proc.wait()
+            try:
+                if pumped and not timed_out:
+                    # A program may close its pipes just before it exits (GNU tools do, at exit): it is waited for
+                    # until its deadline, so its own exit status is reported rather than the SIGKILL meant for its
+                    # leftovers; one that closed them and runs on is cut there, as a timeout. (Not after an
+                    # exception, an interrupt of the caller: the command is killed at once.)
+                    try:
+                        proc.wait(timeout=max(0.0, start + limits.timeout - time.monotonic()))
+                    except subprocess.TimeoutExpired:
+                        timed_out = True
+            finally:  # a second interrupt during that wait still kills the command
+                with self._running_lock:  # before the wait: once reaped, its pid may be another process's
+                    runs = self._running.get(key, {})
+                    runs.pop(proc.pid, None)
+                    if not runs:
+                        self._running.pop(key, None)
+                self._kill(proc.pid, marker)  # stragglers a command left behind (daemonised children)
+                proc.wait()
         stdout, t1 = truncate_output(out, dropped[0])
         stderr, t2 = truncate_output(err, dropped[1])
         if self._is_cancelled(key):  # killed by `cancel`: the caller's doing, not the command's
