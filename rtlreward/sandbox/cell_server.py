@@ -33,7 +33,6 @@ import json
 import os
 import re
 import resource
-import select
 import selectors
 import signal
 import stat
@@ -353,7 +352,10 @@ def run_job(job: dict, slot: str) -> dict:
     status: int | None = None
     timed_out = False
     ended_at: float | None = None
-    while len(sel.get_map()) > 1:
+    # Until its pipes close and it is seen to exit: GNU tools (`timeout`, Icarus's driver) close stdout at exit, just
+    # before they end, so the pipes' end is not the command's; a SIGKILL then would turn a clean exit into -9 whenever
+    # the machine is loaded (a compile read as failed, a trace as cut short). One that runs on is cut at its deadline.
+    while status is None or len(sel.get_map()) > 1:
         now = time.monotonic()
         if status is None:
             got, st = os.waitpid(pid, os.WNOHANG)
@@ -405,25 +407,6 @@ def run_job(job: dict, slot: str) -> dict:
     for fd in (out_r, err_r):
         with contextlib.suppress(OSError):
             os.close(fd)
-    # Its pipes closed before it was seen to exit: GNU tools (`timeout`, Icarus's driver) close stdout at exit, just
-    # before they end. It is waited for until its deadline, so its own exit status is reported; a SIGKILL now would
-    # turn a clean exit into -9 whenever the machine is loaded (a compile read as failed, a trace as cut short).
-    while status is None:
-        got, st = os.waitpid(pid, os.WNOHANG)
-        if got == pid:
-            status = st
-            break
-        left = deadline - time.monotonic()
-        if left <= 0:
-            timed_out = True
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
-            status = os.waitpid(pid, 0)[1]
-            break
-        with contextlib.suppress(OSError):
-            select.select([wake], [], [], min(left, 0.05))
-            while os.read(wake, 4096):
-                pass
     kill_others()
     return {
         "rc": os.waitstatus_to_exitcode(status),
