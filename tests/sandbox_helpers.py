@@ -74,6 +74,19 @@ def interrupted_after(seconds: float, fn):
     return took, hit
 
 
+def interrupt_a_running_command(ex, ws) -> tuple[float, bool, list[int]]:
+    """`ex.run` of a long `sleep` in `ws`, interrupted 0.5 s in: (seconds until `run` returned or raised, whether the
+    interrupt reached the caller, the sleep's processes still alive a moment later)."""
+    from rtlreward.sandbox import Limits
+
+    t = token()
+    took, hit = interrupted_after(
+        0.5,
+        lambda: ex.run(["sh", "-c", f"echo first; exec sleep {t}"], workspace=ws, limits=Limits(timeout=20)),
+    )
+    return took, hit, wait_gone(t)
+
+
 def sim_docker_executor():
     """A DockerExecutor on the rtlreward sim image; the test is skipped without a Docker engine, the image or the
     docker extra. The caller closes it."""

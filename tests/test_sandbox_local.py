@@ -9,7 +9,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import interrupted_after, procs_with, token, wait_gone
+from sandbox_helpers import interrupt_a_running_command, procs_with, token, wait_gone
 
 from rtlreward.sandbox import MAX_OUTPUT_BYTES, Limits
 from rtlreward.sandbox import local as local_mod
@@ -93,7 +93,9 @@ def test_daemon_left_behind_by_a_finished_command_is_killed(ex, ws):
 def test_a_command_that_closes_its_pipes_before_it_exits_reports_its_own_exit_status(ex, ws):
     """GNU tools close stdout at exit, just before they end: the command is waited for until its deadline (it was
     1 s, then a SIGKILL made a clean exit -9); one that closes its pipes and runs on is cut there, as a timeout."""
-    r = ex.run(["sh", "-c", "echo out; exec >&- 2>&-; sleep 1.3; exit 3"], workspace=ws, limits=Limits(timeout=10))
+    r = ex.run(
+        ["sh", "-c", "echo out; exec >&- 2>&-; sleep 1.3; exit 3"], workspace=ws, limits=Limits(timeout=10)
+    )
     assert (r.returncode, r.stdout, r.timed_out) == (3, "out\n", False)
     hung = ex.run(["sh", "-c", "exec >&- 2>&-; sleep 30"], workspace=ws, limits=Limits(timeout=1))
     assert hung.timed_out and not hung.ok
@@ -103,13 +105,9 @@ def test_an_interrupted_run_kills_its_command_at_once(ex, ws):
     """An exception in the caller while a command runs (a Ctrl-C) ends the command then and there: the wait for a
     command that closed its pipes is only for one whose output was read to the end (red-team: it waited out the
     command's whole limit, and a second interrupt in that wait left the command running)."""
-    t = token()
-    took, hit = interrupted_after(
-        0.5,
-        lambda: ex.run(["sh", "-c", f"echo first; exec sleep {t}"], workspace=ws, limits=Limits(timeout=20)),
-    )
+    took, hit, left = interrupt_a_running_command(ex, ws)
     assert hit and took < 5
-    assert wait_gone(t) == []
+    assert left == []
 
 
 def test_many_processes_all_die_on_timeout(ex, ws):

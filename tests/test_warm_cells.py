@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import interrupted_after, token, wait_gone
+from sandbox_helpers import interrupt_a_running_command
 
 from rtlreward.sandbox import MAX_OUTPUT_BYTES, Limits
 from rtlreward.sandbox.local import LocalExecutor, remove_workspace
@@ -115,13 +115,9 @@ def test_a_run_interrupted_while_its_job_runs_ends_the_cell(ex):
     next command's (red-team: every later command got the result of the one before), so the cell ends with its job
     and the next command gets its own result."""
     ws = ex.make_workspace("t")
-    t = token()
-    took, hit = interrupted_after(
-        0.5,
-        lambda: ex.run(["sh", "-c", f"echo first; exec sleep {t}"], workspace=ws, limits=Limits(timeout=20)),
-    )
+    took, hit, left = interrupt_a_running_command(ex, ws)
     assert hit and took < 5
-    assert wait_gone(t) == []
+    assert left == []
     nxt = ex.run(["sh", "-c", "echo second; exit 5"], workspace=ws)
     assert (nxt.returncode, nxt.stdout, nxt.timed_out) == (5, "second\n", False)
     assert ex.stats().get("ended: interrupted") == 1
