@@ -355,7 +355,7 @@ def run_job(job: dict, slot: str) -> dict:
     # Until its pipes close and it is seen to exit: GNU tools (`timeout`, Icarus's driver) close stdout at exit, just
     # before they end, so the pipes' end is not the command's; a SIGKILL then would turn a clean exit into -9 whenever
     # the machine is loaded (a compile read as failed, a trace as cut short). One that runs on is cut at its deadline.
-    while status is None or len(sel.get_map()) > 1:
+    while True:
         now = time.monotonic()
         if status is None:
             got, st = os.waitpid(pid, os.WNOHANG)
@@ -368,6 +368,8 @@ def run_job(job: dict, slot: str) -> dict:
                 os.killpg(pid, signal.SIGKILL)
             status = os.waitpid(pid, 0)[1]
             kill_others()
+        if status is not None and len(sel.get_map()) == 1:
+            break  # seen to exit, and its pipes are closed: only the wake-up pipe is left (no wait for it)
         if ended_at is not None and now >= ended_at + DRAIN_GRACE:
             break
         limit = deadline if ended_at is None else ended_at + DRAIN_GRACE
