@@ -3,8 +3,11 @@
     python bench/bench_sandbox.py [--n 20]
 
 Rows: bare `subprocess.run`, the local executor without bubblewrap (rlimits, session, output pump), with
-bubblewrap, and the docker executor (a fresh container per command) when Docker and the image are present.
-Commands: `true` (pure overhead) and a trivial Icarus compile+run when iverilog is installed.
+bubblewrap (a sandbox per command), a candidate's warm cell (a job of a long-lived sandbox, the default for scoring),
+and the docker executor when Docker and the image are present.
+Commands: `true` (pure overhead), `timeout 5 true` (a command that closes its pipes just before it exits, as every GNU
+tool and Icarus's driver do: a wait that polls for its exit shows here) and a trivial Icarus compile+run when iverilog
+is installed.
 """
 
 from __future__ import annotations
@@ -37,17 +40,22 @@ def main() -> None:
     args = ap.parse_args()
     ws = Path(tempfile.mkdtemp(prefix="rtlreward-bench-"))
     (ws / "t.v").write_text('module t; initial begin $display("hi"); $finish; end endmodule\n')
-    commands = {"true": ["true"]}
+    commands = {"true": ["true"], "timeout true": ["timeout", "5", "true"]}
     if shutil.which("iverilog"):
         commands["iverilog+vvp"] = ["sh", "-c", "iverilog -o t.vvp t.v && vvp -n t.vvp"]
 
-    from rtlreward.sandbox.local import LocalExecutor
+    from rtlreward.sandbox.local import LocalExecutor, remove_workspace
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         execs = {"local (no bwrap)": LocalExecutor(use_bwrap=False)}
+    workspaces = {}
     try:
-        execs["local (bwrap)"] = LocalExecutor(use_bwrap=True)
+        execs["local (bwrap)"] = LocalExecutor(use_bwrap=True, warm=False)
+        execs["warm cell"] = cells = LocalExecutor(use_bwrap=True)
+        # a candidate's workspace: its commands run as jobs of a cell
+        workspaces["warm cell"] = cells.make_workspace("bench")
+        (workspaces["warm cell"] / "t.v").write_text((ws / "t.v").read_text())
     except RuntimeError as e:
         print(f"skipping bwrap: {e}")
     try:
@@ -64,9 +72,13 @@ def main() -> None:
         print(f"{cname:<14} {'bare subprocess':<18} {bare * 1000:>10.1f} {1.0:>8.2f}")
         for ename, ex in execs.items():
             n = max(3, args.n // 4) if ename == "docker" else args.n
-            t = _time(lambda ex=ex, argv=argv: ex.run(argv, workspace=ws, limits=limits), n)
+            w = workspaces.get(ename, ws)
+            t = _time(lambda ex=ex, argv=argv, w=w: ex.run(argv, workspace=w, limits=limits), n)
             print(f"{cname:<14} {ename:<18} {t * 1000:>10.1f} {t / bare:>8.2f}")
     shutil.rmtree(ws, ignore_errors=True)
+    for ename, w in workspaces.items():
+        remove_workspace(w)
+        execs[ename].release_workspace(w)
 
 
 if __name__ == "__main__":
