@@ -22,6 +22,7 @@ Semantics and limits are in docs/equivalence.md.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -183,6 +184,42 @@ class _Views:
     missing_tool: bool = False
 
 
+def _proof_mismatch(text: str, gold_text: str, top: str, timing: Any) -> str:
+    """Why a proof of the answer's `text` does not bind what the simulator runs (`view.simulation_mismatch`, then
+    its clocks on the elaborated design, `view.clock_edges`), or "". An edge of the clock the reference never takes
+    counts too: the proof steps a register of either edge in the same frame, the simulator half a cycle apart (a
+    red-team answer compared a `negedge` and a `posedge` copy of an input behind a trigger and was proved)."""
+    resets = (timing.reset.name,) if timing.reset else ()
+    clocks = tuple(timing.clocks)
+    why = view.simulation_mismatch(text, top)
+    if why:
+        return why
+    try:
+        why, edges = view.clock_edges(text, top, clocks, resets)
+    except Exception:  # hostile text pyslang cannot elaborate as these rules expect: no proof, no crash
+        return "a design whose clocks this check cannot follow"
+    if why:
+        return why
+    extra = edges - _reference_edges(gold_text, top, clocks, resets)
+    if extra:
+        return (
+            f"a `{sorted(extra)[0]}` of the clock, which the reference never takes: the proof steps the registers of "
+            "either edge in the same frame, the simulator half a cycle apart"
+        )
+    return ""
+
+
+@functools.lru_cache(maxsize=64)
+def _reference_edges(text: str, top: str, clocks: tuple[str, ...], resets: tuple[str, ...]) -> frozenset[str]:
+    """The edges of its clocks the reference takes (both, where they cannot be read: the answer is not held to
+    what the reference's own text could not show)."""
+    try:
+        why, edges = view.clock_edges(text, top, clocks, resets)
+    except Exception:
+        return frozenset({"posedge", "negedge"})
+    return edges if not why else frozenset({"posedge", "negedge"})
+
+
 # The reference's compiled testbench (`EquivalenceStage._simulate`), per reference, plan and stimulus capacity, and
 # the nonce its trace lines carry (this process's own: the reference is trusted and runs alone).
 _GOLD_VVPS = Kept(128)
@@ -321,8 +358,10 @@ class _Sim:
 
 class EquivalenceStage(Stage):
     name = "equivalence"
-    version = "3"  # 2: outputs compared in both phases of the clock; 3: simulation first (`order`), prints out of
-    # the proof, functions writing module signals refused
+    version = "4"  # 2: outputs compared in both phases of the clock; 3: simulation first (`order`), prints out of
+    # the proof, functions writing module signals refused; 4: clocks followed through the elaborated design, a
+    # `defparam`, a generate `case`, hierarchical references and blocking writes to a submodule's outputs unproved,
+    # a design's further clocks rising on random cycles (`diffsim`)
     # Stable codes of this stage's own ids in results rows (rtlreward.codes).
     codes: ClassVar[dict[str, str]] = {"sim-timeout": "timeout", "compile-failed": "compile_error"}
     requires = ("safety",)
@@ -1020,11 +1059,11 @@ class EquivalenceStage(Stage):
         if views.gold is None:
             # The reference is trusted: Yosys reads its files itself (its simulation will say if Icarus cannot).
             gold_file, gold_map = "gold.raw.v", None
-            (work / gold_file).write_text(
-                "\n".join((work / u).read_text(errors="replace") for u in gold.units) + "\n"
-            )
+            gold_text = "\n".join((work / u).read_text(errors="replace") for u in gold.units) + "\n"
+            (work / gold_file).write_text(gold_text)
         else:
             gold_file, gold_map = "gold.ys.v", views.gold[1]
+            gold_text = views.gold[0].text
         maps = {"gold.ys.v": gold_map, "gate.ys.v": gate_map}
 
         # 1. what can run: the formal step's and the simulation's preconditions
@@ -1055,8 +1094,9 @@ class EquivalenceStage(Stage):
             if why_not:
                 return _Formal("skipped", note=f"no formal check: {why_not}", answer_side=answer_side)
             fres = self._formal(ctx, work, plan, gold_file, "gate.ys.v", drop_ports=extra, maps=maps)
-            edges = (*timing.clocks, *([timing.reset.name] if timing.reset else []))
-            mismatch = view.simulation_mismatch(gate_view.text, edges) if fres.outcome == "proved" else ""
+            mismatch = (
+                _proof_mismatch(gate_view.text, gold_text, plan.top, timing) if fres.outcome == "proved" else ""
+            )
             if mismatch:
                 # A proof of this text does not bind what the simulator runs, so it is not counted. A counterexample
                 # still is (the simulation replays it): a construct like this never turns a refutation into the
@@ -1486,7 +1526,10 @@ def _refuted_score(
 
 
 def _input_rows(plan: diffsim.SimPlan, stim: diffsim.Stimulus, start: int, end: int) -> list[str]:
+    """One line per cycle from `start` to `end` (the last `MAX_ROWS`): the inputs, whether the reset is active,
+    and, with several clocks, the further clocks that do not rise at the end of that cycle (`Stimulus.rises`)."""
     names = [p.name for p in plan.inputs]
+    further = plan.clocks[1:] if stim.rises else ()
     rows = []
     first = max(start, end - MAX_ROWS + 1)
     if first > start:
@@ -1497,10 +1540,13 @@ def _input_rows(plan: diffsim.SimPlan, stim: diffsim.Stimulus, start: int, end: 
             n == plan.reset.name and v == plan.reset.active
             for n, v in zip(names, stim.vectors[c], strict=True)
         )
+        notes = ["reset"] if in_reset else []
+        if further:
+            notes += [f"{k} does not rise" for k, up in zip(further, stim.rises[c], strict=True) if not up]
         rows.append(
             f"  cycle {c - start}: "
             + (" ".join(f"{n}={v}" for n, v in zip(names, vals, strict=True)) or "(no inputs)")
-            + (" (reset)" if in_reset else "")
+            + (f" ({'; '.join(notes)})" if notes else "")
         )
     return rows
 

@@ -13,6 +13,14 @@ calls `$finish` early, cannot make up samples: missing samples count as mismatch
 Cycle timing (10 time units per cycle, clocks low at the start): inputs change 1 unit after the falling edge, the
 outputs are sampled 3 units later, then the rising edge. So sample i shows the state after i rising edges and the
 combinational response to the inputs of cycle i: the same frame a formal step describes.
+
+With several clocks (`SimPlan.clocks`), the first rises every cycle as above; each further clock rises at the same
+moment only in the cycles its enable bit in the stimulus says (`Stimulus.rises`: a random bit per cycle in
+`random_stimulus`, so about every other cycle, and every cycle of the reset each run starts with; every cycle in
+`directed_stimulus`), and falls with the first only after it rose. Driving every clock together would let a design
+that clocks both domains from one clock pass (several clocks get no formal proof, so simulation alone decides).
+The enable bits are the low bits of each line of the stimulus file, after the inputs (`stimulus_hex`), so the
+reference and the answer see the same clock pattern.
 """
 
 from __future__ import annotations
@@ -51,11 +59,14 @@ class SimPlan:
 @attrs.frozen
 class Stimulus:
     """Input values per cycle (in `SimPlan.inputs` order); `segments` are the first cycles of each seed's run
-    (each starts with reset); cycles before `compare_from` are not compared (before the first reset took)."""
+    (each starts with reset); cycles before `compare_from` are not compared (before the first reset took).
+    `rises`: per cycle, a bit per further clock (`SimPlan.clocks[1:]`), 1 where it rises in that cycle; empty
+    (a plan with one clock or none, or a directed stimulus): every clock rises every cycle."""
 
     vectors: tuple[tuple[int, ...], ...]
     segments: tuple[int, ...] = (0,)
     compare_from: int = 0
+    rises: tuple[tuple[int, ...], ...] = ()
 
     def __len__(self) -> int:
         return len(self.vectors)
@@ -84,8 +95,13 @@ def random_stimulus(
     plan: SimPlan, seed: int, *, seeds: int = 3, cycles: int = 256, reset_probability: float = 0.02
 ) -> Stimulus:
     """`seeds` runs of `cycles` cycles each, each starting with `plan.reset_cycles` cycles of reset; after the
-    first run the reset is also asserted now and then, so designs must agree on a reset in mid-run too."""
+    first run the reset is also asserted now and then, so designs must agree on a reset in mid-run too. With
+    several clocks, each further clock rises in a cycle where a random bit from the same generator, drawn after
+    the cycle's inputs, is 1 (and in the reset cycles each run starts with, so a synchronous reset takes in its
+    domain too): `Stimulus.rises`."""
     vectors: list[tuple[int, ...]] = []
+    rises: list[tuple[int, ...]] = []
+    further = len(plan.clocks[1:])
     segments: list[int] = []
     hold = plan.reset_cycles if plan.reset is not None else 0
     for s in range(max(1, seeds)):
@@ -100,12 +116,15 @@ def random_stimulus(
                 else:
                     row.append(_value(rng, p.width or 1))
             vectors.append(tuple(row))
-    return Stimulus(tuple(vectors), tuple(segments), compare_from=hold)
+            if further:
+                rises.append(tuple(rng.getrandbits(1) | (c < hold) for _ in range(further)))
+    return Stimulus(tuple(vectors), tuple(segments), compare_from=hold, rises=tuple(rises))
 
 
 def directed_stimulus(plan: SimPlan, frames: Sequence[Mapping[str, int]]) -> Stimulus:
     """A formal counterexample as stimulus: frame values per input name (missing: 0), reset forced active in
-    the first `reset_cycles` frames as the formal check did."""
+    the first `reset_cycles` frames as the formal check did; every clock rises every frame (`Stimulus.rises`
+    empty: the formal check steps one clock)."""
     hold = plan.reset_cycles if plan.reset is not None else 0
     vectors = []
     for i, frame in enumerate(frames):
@@ -120,27 +139,47 @@ def directed_stimulus(plan: SimPlan, frames: Sequence[Mapping[str, int]]) -> Sti
 
 
 def concat(first: Stimulus, second: Stimulus) -> Stimulus:
-    """`second` run after `first` in one simulation (its segments keep their resets; compared from the start)."""
+    """`second` run after `first` in one simulation (its segments keep their resets; compared from the start).
+    Where only one of them has clock enables (`Stimulus.rises`), every clock rises every cycle of the other."""
     n = len(first)
+    rises: tuple[tuple[int, ...], ...] = ()
+    if first.rises or second.rises:
+        every = (1,) * len((first.rises or second.rises)[0])
+        rises = (first.rises or (every,) * len(first)) + (second.rises or (every,) * len(second))
     return Stimulus(
         first.vectors + second.vectors,
         first.segments + tuple(s + n for s in second.segments),
         compare_from=first.compare_from,
+        rises=rises,
     )
 
 
 def stimulus_hex(plan: SimPlan, stim: Stimulus) -> str:
-    """One line per cycle: the inputs concatenated in `plan.inputs` order (first input most significant)."""
-    width = max(1, plan.input_width)
+    """One line per cycle: the inputs concatenated in `plan.inputs` order (first input most significant), then,
+    with several clocks, one enable bit per further clock in `plan.clocks[1:]` order (the last clock least
+    significant; all 1 where `stim.rises` is empty): `stimulus_width` bits."""
+    further = len(plan.clocks[1:])
+    width = stimulus_width(plan)
     digits = (width + 3) // 4
     fields = [(p.width or 1, (1 << (p.width or 1)) - 1) for p in plan.inputs]
+    rises = stim.rises or ((1,) * further,) * len(stim)
+    if further and len(rises) != len(stim):
+        raise ValueError(f"{len(rises)} rows of clock enables for {len(stim)} cycles")
     lines = []
-    for row in stim.vectors:
+    for i, row in enumerate(stim.vectors):
         v = 0
         for (w, mask), x in zip(fields, row, strict=True):
             v = (v << w) | (x & mask)
+        if further:
+            for bit in rises[i]:
+                v = (v << 1) | (bit & 1)
         lines.append(f"{v:0{digits}x}")
     return "\n".join(lines) + "\n"
+
+
+def stimulus_width(plan: SimPlan) -> int:
+    """Bits per line of the stimulus file (`stimulus_hex`): the inputs and an enable per further clock."""
+    return max(1, plan.input_width + len(plan.clocks[1:]))
 
 
 CYCLES_PLUSARG = "rtlreward_cycles"
@@ -155,13 +194,15 @@ def testbench(
     # The module's name is random but not the nonce: the design can read its own path (`%m`), never the nonce its
     # trace lines must carry (a red-team answer printed forged lines under a nonce it read from `%m`).
     tb = f"rtlreward_eqtb_{secrets.token_hex(8)}"
-    width = max(1, plan.input_width)
+    width = stimulus_width(plan)
     rows = max(cycles, capacity or 0)
     decl = [f"  reg [{width - 1}:0] rtlreward_stim [0:{rows - 1}];", "  integer rtlreward_i, rtlreward_n;"]
     conns = []
     for c in plan.clocks:
         decl.append(f"  reg clk_{c};")
         conns.append(f".{c}(clk_{c})")
+    further = plan.clocks[1:]  # each rises only in the cycles its enable bit says (the module docstring)
+    decl += [f"  reg en_{c};" for c in further]
     for p in plan.inputs:
         decl.append(f"  reg [{(p.width or 1) - 1}:0] in_{p.name};")
         conns.append(f".{p.name}(in_{p.name})")
@@ -185,10 +226,9 @@ def testbench(
         "    for (rtlreward_i = 0; rtlreward_i < rtlreward_n; rtlreward_i = rtlreward_i + 1) begin",
         "      #1;",
     ]
-    if plan.inputs:
-        body.append(
-            f"      {{{', '.join(f'in_{p.name}' for p in plan.inputs)}}} = rtlreward_stim[rtlreward_i];"
-        )
+    if plan.inputs or further:
+        fields = [f"in_{p.name}" for p in plan.inputs] + [f"en_{c}" for c in further]
+        body.append(f"      {{{', '.join(fields)}}} = rtlreward_stim[rtlreward_i];")
     # Outputs are sampled in both phases of the clock: low (before the rising edge) and, under the name
     # `@<nonce>h`, high (before the falling edge). A design that reads its clock on both edges or as data
     # (VerilogEval Prob078's `q = clk ? qp : qn`) differs from the reference in one phase only.
@@ -197,10 +237,12 @@ def testbench(
         "      #3;",
         f'      $display("@{nonce} {fmt}", {args});',
         "      #1;",
-        *[f"      clk_{c} = 1'b1;" for c in plan.clocks],
+        *[f"      clk_{c} = 1'b1;" for c in plan.clocks[:1]],
+        *[f"      if (en_{c}) clk_{c} = 1'b1;" for c in further],
         "      #4;",
         *high,
-        *[f"      clk_{c} = 1'b0;" for c in plan.clocks],
+        *[f"      clk_{c} = 1'b0;" for c in plan.clocks[:1]],
+        *[f"      if (en_{c}) clk_{c} = 1'b0;" for c in further],
         "    end",
         f'    $display("@{nonce} end");',
         "    $finish;",

@@ -328,12 +328,21 @@ def _events(expr: Any) -> list[tuple[str | None, Any]]:
     return out
 
 
-def _mismatch(text: str, allowed_edges: set[str]) -> str:
+def _mismatch(text: str, top: str | None) -> str:
     """See `simulation_mismatch`."""
     tree = _SYNTAX.SyntaxTree.fromText(text)
     nodes = _walk(tree.root)
     if _case_items_with_xz(nodes):
         return "a `case` item holding an x or z, which the simulator matches exactly (`===`) and the proof cannot"
+    for n in nodes:
+        # Fifth red-team pass (2026-11-29): Icarus applies a `defparam` over an instance's own `#(...)` and the last
+        # of two, Yosys the other; and picks a generate `case` item that is x exactly (`===`, an x made by a
+        # constant division by zero), where Yosys takes the `default`. Each chose a trigger-gated bug for the
+        # simulator only, and the answer was proved.
+        if n.kind == K.DefParam:
+            return "a `defparam`: the simulator and the proof apply parameter overrides in different orders"
+        if n.kind == K.CaseGenerate:
+            return "a generate `case`: the simulator matches its items exactly (`===`, an x item too), the proof not"
     for n in nodes:
         if n.kind in (K.DelayControl, K.Delay3, K.OneStepDelay, K.CycleDelay):
             return "a delay (`#`): the proof ignores it, the simulator waits"
@@ -349,13 +358,6 @@ def _mismatch(text: str, allowed_edges: set[str]) -> str:
                     consts.add(str(d).strip().split("=")[0].strip())
         elif n.kind in (K.FunctionDeclaration, K.TaskDeclaration):
             consts.add(str(n.prototype.name).strip())
-    for n in nodes:
-        edge = n.kind == K.SignalEventExpression and n.edge and n.edge.valueText
-        if edge and (n.expr.kind != K.IdentifierName or n.expr.identifier.valueText not in allowed_edges):
-            return (
-                f"an edge of `{str(n.expr).strip()[:40]}`, which is not the reference's clock or reset: the proof "
-                "steps every register on its one clock"
-            )
     free = _subroutine_free_names(nodes, consts)
     impure = {name for name, names in free.items() if names}
     for n in nodes:
@@ -424,10 +426,30 @@ def _mismatch(text: str, allowed_edges: set[str]) -> str:
                     f"a sensitivity list without `{sorted(need - listed)[0]}`, which the block reads: the simulator "
                     "runs it only on the listed signals"
                 )
-        race = _race(members, free)
+        outputs = _driven_ports(m) if top is not None and m.header.name.valueText != top else set()
+        race = _race(members, free, outputs)
         if race:
             return race
     return ""
+
+
+def _driven_ports(module: Any) -> set[str]:
+    """The names of a module's output and inout ports (and of any port whose direction is not plainly written)."""
+    out: set[str] = set()
+    direction = ""
+    for n in _walk(module):
+        if n.kind == K.ImplicitAnsiPort:
+            d = getattr(n.header, "direction", None)
+            direction = d.valueText if d is not None and d.valueText else direction  # `input a, b`: b too
+            if direction != "input":
+                out.add(n.declarator.name.valueText)
+        elif n.kind == K.PortDeclaration:
+            d = getattr(n.header, "direction", None)
+            if d is None or d.valueText != "input":
+                out.update(x.name.valueText for x in n.declarators if isinstance(x, NODE))
+        elif n.kind == K.ExplicitAnsiPort:
+            out.add(n.name.valueText)
+    return out
 
 
 def _function_side_effect(nodes: list[Any]) -> str:
@@ -589,10 +611,11 @@ def _edge_block(mem: Any) -> bool:
     return tc.kind == K.EventControlWithExpression and any(e for e, _ in _events(tc.expr))
 
 
-def _race(members: list[Any], free: dict[str, set[str]]) -> str:
+def _race(members: list[Any], free: dict[str, set[str]], outputs: set[str]) -> str:
     """A variable written with a blocking assignment in one edge-triggered block and read, directly, through
-    combinational logic or through a function or task, by another edge-triggered block: the simulator's order of
-    the two blocks decides."""
+    combinational logic or through a function or task, by another edge-triggered block, or reaching `outputs` (the
+    ports of a module the design instantiates: another module's clocked block reads them, a red-team answer of the
+    fifth pass): the simulator's order of the two blocks decides."""
     edge = [m for m in members if _edge_block(m)]
     comb = [m for m in members if (m.kind == K.ContinuousAssign or m.kind in _ALWAYS) and not _edge_block(m)]
     comb_rw = [_reads_writes(m) for m in comb]
@@ -619,6 +642,12 @@ def _race(members: list[Any], free: dict[str, set[str]]) -> str:
                     f"`{sorted(reached)[0]}`, written with a blocking assignment in one clocked block, is read by "
                     "another: the simulator's order of the two decides"
                 )
+        if reached & outputs:
+            return (
+                f"`{sorted(reached & outputs)[0]}`, an output of an instantiated module written with a blocking "
+                "assignment in a clocked block: the simulator's order of that block and the clocked blocks reading "
+                "it decides"
+            )
     return ""
 
 
@@ -673,15 +702,101 @@ def subroutine_state(text: str) -> str:
         return ""
 
 
-def simulation_mismatch(text: str, edges: Iterable[str]) -> str:
+def simulation_mismatch(text: str, top: str | None = None) -> str:
     """Why `text` holds a construct the proof reads otherwise than the simulator runs (an x or z `case` item, a
-    delay, an edge of a signal
-    not in `edges` (the reference's clocks and reset), an `always @*` that reads nothing, an incomplete sensitivity
-    list, a combinational block reading a variable before writing it, a blocking write one clocked block makes and
-    another reads, a function or task reading module signals called from combinational logic, a variable
-    initialised from a signal), or "" when it holds none. Text that does not parse as expected counts as such a
-    construct."""
+    delay, an `always @*` that reads nothing, an incomplete sensitivity list, a
+    combinational block reading a variable before writing it, a blocking write one clocked block makes and another
+    reads or that reaches an output of a module other than `top`, a function or task reading module signals called
+    from combinational logic, a variable initialised from a signal, a `defparam`, a generate `case`), or "" when it
+    holds none. Text that does not parse as expected counts as such a construct."""
     try:
-        return _mismatch(text, set(edges))
+        return _mismatch(text, top)
     except Exception:  # hostile text read in a shape these rules do not expect: no proof, not a crash
         return "a design this check cannot read"
+
+
+# -- clocks as the elaborated design receives them ------------------------------------------------------------------
+# The syntax rules above read names: an edge of `clk` passed wherever the module's text said `clk`. A fifth red-team
+# pass (2026-11-29) gated the clock into a submodule whose port is called `clk`, or into a generate block's own
+# `wire clk`, and mixed the clock's two edges: the proof steps every register once a frame whatever drives its clock,
+# the simulator skipped the edge on a trigger no random run draws, and both answers were proved (1.0). So the edges
+# are read on the elaborated design (pyslang: generate blocks, parameters and port connections resolved), where each
+# names the object it waits on.
+
+_EDGE_NAMES = {
+    pyslang.ast.EdgeKind.PosEdge: ("posedge",),
+    pyslang.ast.EdgeKind.NegEdge: ("negedge",),
+    pyslang.ast.EdgeKind.BothEdges: ("posedge", "negedge"),
+}
+
+
+def clock_edges(
+    text: str, top: str, clocks: Iterable[str], resets: Iterable[str]
+) -> tuple[str, frozenset[str]]:
+    """(why a proof of `text` would not bind what the simulator runs, or ""; the edges of the clocks it waits on).
+
+    Elaborated under `top`: every edge event must wait on one of `clocks` or `resets` as `top` receives it, the port
+    itself or, in a module `top` instantiates, an input port that every instance connects to such a signal by name
+    (no logic, no select, no alias in between), with no `iff` condition; and no design reads a signal of another
+    instance by a hierarchical name (`u.t`: the simulator's order of the two modules' blocks decides what it reads).
+    The edges (`posedge`, `negedge`) the design takes of `clocks` come back for the caller to compare with the
+    reference's: the proof steps a register on either edge once a frame."""
+    from rtlreward_hdl.slang import bounded_compilation
+
+    comp = bounded_compilation([top])
+    comp.addSyntaxTree(_SYNTAX.SyntaxTree.fromText(text))
+    inst = next((i for i in comp.getRoot().topInstances if i.name == top), None)
+    if inst is None:
+        return f"no module `{top}` that elaborates", frozenset()
+    clock_names = set(clocks)
+    names = clock_names | set(resets)
+    # hierarchical path of a port's own symbol -> the top's clock or reset it carries
+    carries: dict[str, str] = {}
+    for port in inst.body.portList:
+        sym = getattr(port, "internalSymbol", None)
+        if port.name in names and sym is not None and port.direction == pyslang.ast.ArgumentDirection.In:
+            carries[sym.hierarchicalPath] = port.name
+    found: list[str] = []
+    edges: set[str] = set()
+
+    def connections(x: Any) -> bool:
+        # pre-order: an instance's connections are read before anything inside it
+        if isinstance(x, pyslang.ast.InstanceSymbol) and x is not inst:
+            for pc in x.portConnections:
+                ex, sym = pc.expression, getattr(pc.port, "internalSymbol", None)
+                if (
+                    sym is not None
+                    and pc.port.direction == pyslang.ast.ArgumentDirection.In
+                    and ex is not None
+                    and ex.kind == pyslang.ast.ExpressionKind.NamedValue
+                    and ex.symbol.hierarchicalPath in carries
+                ):
+                    carries[sym.hierarchicalPath] = carries[ex.symbol.hierarchicalPath]
+        return True
+
+    def events(x: Any) -> bool:
+        if found:
+            return False
+        if isinstance(x, pyslang.ast.Expression) and x.kind == pyslang.ast.ExpressionKind.HierarchicalValue:
+            found.append(
+                f"a hierarchical reference (`{str(x.syntax).strip()[:40]}`): the simulator's order of the blocks "
+                "of two modules decides what it reads, the proof's one frame does not"
+            )
+        elif isinstance(x, pyslang.ast.SignalEventControl) and x.edge in _EDGE_NAMES:
+            ex = x.expr
+            named = ex.kind == pyslang.ast.ExpressionKind.NamedValue
+            name = carries.get(ex.symbol.hierarchicalPath) if named else None
+            if name is None or x.iffCondition is not None:
+                what = str(x.syntax).strip()[:60] if x.syntax is not None else "an edge"
+                found.append(
+                    f"an edge (`{what}`) of a signal that is not the reference's clock or reset as the top module "
+                    "receives it (a gated, derived or renamed clock, a port connected to logic, an `iff`): the proof "
+                    "steps every register on its one clock"
+                )
+            elif name in clock_names:
+                edges.update(_EDGE_NAMES[x.edge])
+        return True
+
+    inst.visit(connections)
+    inst.visit(events)
+    return (found[0] if found else ""), frozenset(edges)
