@@ -797,6 +797,16 @@ def test_an_edge_the_top_module_does_not_receive_as_its_clock_is_named(text, why
     assert why in got, got
 
 
+def test_an_edge_of_the_reset_is_taken_only_beside_an_edge_of_the_clock():
+    from rtlreward_equivalence.view import clock_edges
+
+    head = "module m(input clk, input rst, input d, output reg q);\n"
+    asynchronous = head + "  always @(posedge clk or posedge rst) if (rst) q <= 0; else q <= d;\nendmodule\n"
+    alone = head + "  always @(posedge rst) q <= d;\nendmodule\n"
+    assert clock_edges(asynchronous, "m", ["clk"], ["rst"]) == ("", frozenset({"posedge"}))
+    assert "no edge of the clock beside it" in clock_edges(alone, "m", ["clk"], ["rst"])[0]
+
+
 def test_the_clock_edges_a_design_takes_are_read_through_its_instances():
     from rtlreward_equivalence.view import clock_edges
 

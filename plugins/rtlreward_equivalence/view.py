@@ -739,6 +739,7 @@ def clock_edges(
     itself or, in a module `top` instantiates, an input port that every instance connects to such a signal by name
     (no logic, no select, no alias in between), with no `iff` condition; and no design reads a signal of another
     instance by a hierarchical name (`u.t`: the simulator's order of the two modules' blocks decides what it reads).
+    An edge of a reset must sit in an event list beside an edge of a clock (an asynchronous reset), never alone.
     The edges (`posedge`, `negedge`) the design takes of `clocks` come back for the caller to compare with the
     reference's: the proof steps a register on either edge once a frame."""
     from rtlreward_hdl.slang import bounded_compilation
@@ -774,6 +775,14 @@ def clock_edges(
                     carries[sym.hierarchicalPath] = carries[ex.symbol.hierarchicalPath]
         return True
 
+    def carried(ev: Any) -> str | None:
+        ex = ev.expr
+        if ev.iffCondition is not None or ex.kind != pyslang.ast.ExpressionKind.NamedValue:
+            return None
+        return carries.get(ex.symbol.hierarchicalPath)
+
+    in_lists: set[int] = set()  # the events of a list that takes a clock edge, as their source offsets
+
     def events(x: Any) -> bool:
         if found:
             return False
@@ -782,12 +791,17 @@ def clock_edges(
                 f"a hierarchical reference (`{str(x.syntax).strip()[:40]}`): the simulator's order of the blocks "
                 "of two modules decides what it reads, the proof's one frame does not"
             )
+        elif isinstance(x, pyslang.ast.EventListControl):
+            # pre-order: the list is seen just before its events
+            members = [e for e in x.events if isinstance(e, pyslang.ast.SignalEventControl)]
+            if any(e.edge in _EDGE_NAMES and carried(e) in clock_names for e in members):
+                in_lists.update(e.sourceRange.start.offset for e in members)
         elif isinstance(x, pyslang.ast.SignalEventControl) and x.edge in _EDGE_NAMES:
-            ex = x.expr
-            named = ex.kind == pyslang.ast.ExpressionKind.NamedValue
-            name = carries.get(ex.symbol.hierarchicalPath) if named else None
-            if name is None or x.iffCondition is not None:
-                what = str(x.syntax).strip()[:60] if x.syntax is not None else "an edge"
+            name = carried(x)
+            beside_clock = x.sourceRange.start.offset in in_lists
+            in_lists.discard(x.sourceRange.start.offset)
+            what = str(x.syntax).strip()[:60] if x.syntax is not None else "an edge"
+            if name is None:
                 found.append(
                     f"an edge (`{what}`) of a signal that is not the reference's clock or reset as the top module "
                     "receives it (a gated, derived or renamed clock, a port connected to logic, an `iff`): the proof "
@@ -795,6 +809,11 @@ def clock_edges(
                 )
             elif name in clock_names:
                 edges.update(_EDGE_NAMES[x.edge])
+            elif not beside_clock:
+                found.append(
+                    f"an edge of the reset (`{what}`) with no edge of the clock beside it: the proof steps a register "
+                    "clocked by it every frame, the simulator only when the reset changes"
+                )
         return True
 
     inst.visit(connections)
