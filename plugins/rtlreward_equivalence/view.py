@@ -218,6 +218,14 @@ _COMPOUND = frozenset(
     and k not in ("AssignmentExpression", "NonblockingAssignmentExpression")
 )
 _ALWAYS = frozenset((K.AlwaysBlock, K.AlwaysCombBlock, K.AlwaysFFBlock, K.AlwaysLatchBlock))
+_CASE_EQUALITY = frozenset(
+    (
+        K.CaseEqualityExpression,
+        K.CaseInequalityExpression,
+        K.WildcardEqualityExpression,
+        K.WildcardInequalityExpression,
+    )
+)
 _STEPS = frozenset(
     (
         K.PostincrementExpression,
@@ -261,6 +269,16 @@ def _write_targets(
             else:
                 out.append((x, n))
     return out
+
+
+def _root_name(target: Any) -> str:
+    """The variable a write target names: `t` of `t`, `t[3]`, `t.v`, `t.v[1]` (the leftmost identifier of a
+    scoped name); "" for anything else."""
+    while target.kind == K.ScopedName:
+        target = target.left
+    if target.kind in (K.IdentifierName, K.IdentifierSelectName):
+        return target.identifier.valueText
+    return ""
 
 
 def _reads_writes(body: Any) -> tuple[set[str], set[str]]:
@@ -343,6 +361,14 @@ def _mismatch(text: str, top: str | None) -> str:
             return "a `defparam`: the simulator and the proof apply parameter overrides in different orders"
         if n.kind == K.CaseGenerate:
             return "a generate `case`: the simulator matches its items exactly (`===`, an x item too), the proof not"
+        # Sixth pass: an undriven net or a z constant is z to the simulator and x to the proof, and `u !== 1'bx`
+        # turned that into a definite value behind a trigger (proved, 1.0). Two VerilogEval references hold
+        # `|state === 1'bx` (outputs x before reset); an answer that copies it is judged by simulation.
+        if n.kind in _CASE_EQUALITY:
+            return (
+                f"`{n.operatorToken.valueText}`, which tells z from x: the simulator keeps z (an undriven net, a z "
+                "constant), the proof has only x"
+            )
     for n in nodes:
         if n.kind in (K.DelayControl, K.Delay3, K.OneStepDelay, K.CycleDelay):
             return "a delay (`#`): the proof ignores it, the simulator waits"
@@ -426,11 +452,22 @@ def _mismatch(text: str, top: str | None) -> str:
                     f"a sensitivity list without `{sorted(need - listed)[0]}`, which the block reads: the simulator "
                     "runs it only on the listed signals"
                 )
-        outputs = _driven_ports(m) if top is not None and m.header.name.valueText != top else set()
-        race = _race(members, free, outputs)
+        shared = _driven_ports(m) if top is not None and m.header.name.valueText != top else set()
+        shared |= _connected(m)
+        race = _race(members, free, shared)
         if race:
             return race
     return ""
+
+
+def _connected(module: Any) -> set[str]:
+    """The names a module's instances connect to their ports (by name or position): the instance's clocked blocks
+    read what it is given (a sixth red-team pass fed a blocking write of the parent to a submodule's input)."""
+    out: set[str] = set()
+    for n in _walk(module):
+        if n.kind in (K.NamedPortConnection, K.OrderedPortConnection):
+            out.update(name for name, _ in _occurrences(n))
+    return out
 
 
 def _driven_ports(module: Any) -> set[str]:
@@ -615,7 +652,8 @@ def _race(members: list[Any], free: dict[str, set[str]], outputs: set[str]) -> s
     """A variable written with a blocking assignment in one edge-triggered block and read, directly, through
     combinational logic or through a function or task, by another edge-triggered block, or reaching `outputs` (the
     ports of a module the design instantiates: another module's clocked block reads them, a red-team answer of the
-    fifth pass): the simulator's order of the two blocks decides."""
+    fifth pass; or the names connected to an instance's ports, the sixth): the simulator's order of the two blocks
+    decides. A write to a member or an element (`t.v = d`, `t[i] = d`) is a write of the variable."""
     edge = [m for m in members if _edge_block(m)]
     comb = [m for m in members if (m.kind == K.ContinuousAssign or m.kind in _ALWAYS) and not _edge_block(m)]
     comb_rw = [_reads_writes(m) for m in comb]
@@ -626,7 +664,8 @@ def _race(members: list[Any], free: dict[str, set[str]], outputs: set[str]) -> s
 
     edge_reads = [reads(m) for m in edge]
     for w in edge:
-        reached = {x.identifier.valueText for x, _ in _writes(w, blocking_only=True)}
+        targets = _write_targets(w, blocking_only=True, through_selects=True)
+        reached = {_root_name(x) for x, _ in targets} - {""}
         if not reached:
             continue
         grew = True
@@ -644,9 +683,9 @@ def _race(members: list[Any], free: dict[str, set[str]], outputs: set[str]) -> s
                 )
         if reached & outputs:
             return (
-                f"`{sorted(reached & outputs)[0]}`, an output of an instantiated module written with a blocking "
-                "assignment in a clocked block: the simulator's order of that block and the clocked blocks reading "
-                "it decides"
+                f"`{sorted(reached & outputs)[0]}`, written with a blocking assignment in a clocked block and shared "
+                "with another module (an output of an instantiated module, or connected to an instance's port): the "
+                "simulator's order of that block and the other module's clocked blocks decides"
             )
     return ""
 
