@@ -633,3 +633,66 @@ def test_a_negedge_design_is_proved_against_a_negedge_reference(stage, tmp_path)
     )
     r = run_stage(stage, LocalExecutor(), tmp_path, task, text)
     assert r.status is Status.PASSED and r.metrics["equivalence"] == "proved", (r.metrics, shown(r))
+
+
+# A decoy only the proof sees (`fake` is 1 to Yosys, 0 to Icarus: its list names an undriven net) beside a deep bug
+# behind a two-cycle trigger: the proof's counterexample is the decoy, the simulation does not show it, and the
+# random runs miss the bug. Paid the undecided share (0.25) until the second pass of 2026-11-29.
+DECOY = """module top(input clk, input rst, input [31:0] d, output reg [31:0] q);
+  reg armed = 1'b0, broken = 1'b0, fake = 1'b0;
+  wire spare;
+  always @(spare) fake = (d === 32'hx) ? 1'b0 : 1'b1;
+  always @(posedge clk) begin
+    armed <= d == 32'h5EED1234;
+    if (armed && d == 32'h0BADF00D) broken <= 1'b1;
+  end
+  always @(posedge clk) if (rst) q <= 0; else q <= (broken | fake) ? ~d : d;
+endmodule
+"""
+
+
+def test_a_difference_only_the_proof_sees_buys_no_undecided_share(stage, tmp_path):
+    task = Task(
+        id="decoy", prompt="", reference={"rtl/top.v": SIM_REF}, expected_files=("rtl/top.v",), toplevel="top"
+    )
+    r = run_stage(stage, LocalExecutor(), tmp_path, task, DECOY)
+    assert r.metrics["formal"] == "cex" and r.metrics["equivalence"] != "refuted", (r.metrics, shown(r))
+    assert r.status is Status.FAILED and r.score == 0.0, (r.score, shown(r))
+    assert "only one tool sees" in shown(r)
+
+
+def test_a_self_proof_that_ran_out_of_time_is_not_kept_on_disk(stage, tmp_path, monkeypatch):
+    """ABC's time limit ends a proof `undecided` sooner on a slower or busier machine; kept on disk, it made a task
+    simulation-only for good (every undecided answer then passes on a simulation). Only proved or refuted
+    self-proofs are kept there. (The self-proof's outcome is set here: no reference of these sizes runs out.)"""
+    import rtlreward_equivalence as eq
+
+    monkeypatch.setenv("RTLREWARD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(eq, "_SELF_PROOFS", {})
+    real = eq.EquivalenceStage._formal
+    outcome = {"self": "undecided"}
+
+    def formal(self, ctx, work, plan, gold_file, gate_file, **kw):
+        if work.name == "self":  # the reference against a copy of itself
+            return eq._Formal(outcome["self"])
+        return real(self, ctx, work, plan, gold_file, gate_file, **kw)
+
+    monkeypatch.setattr(eq.EquivalenceStage, "_formal", formal)
+    task = Task(
+        id="self", prompt="", reference={"rtl/top.v": SIM_REF}, expected_files=("rtl/top.v",), toplevel="top"
+    )
+    # a correct answer the proof does not count (a defparam): undecided, so the self-proof runs
+    answer = (
+        "module top(input clk, input rst, input [31:0] d, output [31:0] q);\n"
+        "  pass u(.clk(clk), .rst(rst), .d(d), .q(q));\n  defparam u.W = 32;\nendmodule\n"
+        "module pass #(parameter W = 8) (input clk, input rst, input [W-1:0] d, output reg [W-1:0] q);\n"
+        "  always @(posedge clk) if (rst) q <= 0; else q <= d;\nendmodule\n"
+    )
+    r = run_stage(stage, LocalExecutor(), tmp_path / "a", task, answer)
+    assert r.metrics.get("reference_proves") is False and r.metrics.get("simulation_only"), r.metrics
+    assert not list((tmp_path / "cache").rglob("*.json"))  # nothing on disk
+    outcome["self"] = "proved"
+    monkeypatch.setattr(eq, "_SELF_PROOFS", {})
+    r = run_stage(stage, LocalExecutor(), tmp_path / "b", task, answer)
+    assert r.metrics.get("reference_proves") is True and r.score == DEFAULTS["undecided"], r.metrics
+    assert len(list((tmp_path / "cache").rglob("*.json"))) == 1

@@ -452,6 +452,12 @@ def _mismatch(text: str, top: str | None) -> str:
                     f"a sensitivity list without `{sorted(need - listed)[0]}`, which the block reads: the simulator "
                     "runs it only on the listed signals"
                 )
+            if not need:
+                # `always @(spare) fake = 1'b1;`: a decoy only the proof drives (second pass of 2026-11-29)
+                return (
+                    "a block with a sensitivity list that reads no signal: the simulator runs it only when a listed "
+                    "signal changes, the proof drives it"
+                )
         shared = _driven_ports(m) if top is not None and m.header.name.valueText != top else set()
         shared |= _connected(m)
         race = _race(members, free, shared)
