@@ -696,3 +696,70 @@ def test_a_self_proof_that_ran_out_of_time_is_not_kept_on_disk(stage, tmp_path, 
     r = run_stage(stage, LocalExecutor(), tmp_path / "b", task, answer)
     assert r.metrics.get("reference_proves") is True and r.score == DEFAULTS["undecided"], r.metrics
     assert len(list((tmp_path / "cache").rglob("*.json"))) == 1
+
+
+# The same decoy through an `if` on a net nothing drives (z to Icarus: the `else`; x to the proof).
+DECOY_IF = """module top(input clk, input rst, input [31:0] d, output reg [31:0] q);
+  wire spare;
+  reg fake;
+  always_comb if (spare) fake = 1'b1; else fake = 1'b0;
+  reg armed = 1'b0, broken = 1'b0;
+  always @(posedge clk) begin
+    armed <= d == 32'h5EED1234;
+    if (armed && d == 32'h0BADF00D) broken <= 1'b1;
+  end
+  always @(posedge clk) if (rst) q <= 0; else q <= (broken | fake) ? ~d : d;
+endmodule
+"""
+
+
+def test_a_decoy_on_an_undriven_net_buys_no_undecided_share(stage, tmp_path):
+    task = Task(
+        id="decoy", prompt="", reference={"rtl/top.v": SIM_REF}, expected_files=("rtl/top.v",), toplevel="top"
+    )
+    r = run_stage(stage, LocalExecutor(), tmp_path, task, DECOY_IF)
+    assert r.status is Status.FAILED and r.score == 0.0, (r.score, r.metrics, shown(r))
+
+
+SWAP_REF = "module top(input [31:0] d, output [31:0] y);\n  assign y = {d[7:0], d[15:8], d[23:16], d[31:24]};\nendmodule\n"
+SWAP_FUNCTIONS = {
+    "concatenation-on-the-left": """module top(input [31:0] d, output [31:0] y);
+  function [31:0] swap(input [31:0] a);
+    reg [7:0] b0, b1, b2, b3;
+    begin
+      {b3, b2, b1, b0} = a;
+      swap = {b0, b1, b2, b3};
+    end
+  endfunction
+  assign y = swap(d);
+endmodule
+""",
+}
+
+
+@pytest.mark.parametrize("name", list(SWAP_FUNCTIONS))
+def test_a_correct_function_with_whole_writes_is_proved(stage, tmp_path, name):
+    # Found by the third pass of 2026-11-29: a concatenation on the left was not read as a write of each variable,
+    # and a typedef's name was taken for a module signal; both correct answers earned 0.1.
+    task = Task(
+        id="swap", prompt="", reference={"rtl/top.v": SWAP_REF}, expected_files=("rtl/top.v",), toplevel="top"
+    )
+    r = run_stage(stage, LocalExecutor(), tmp_path, task, SWAP_FUNCTIONS[name])
+    assert r.status is Status.PASSED and r.metrics["equivalence"] == "proved", (name, r.metrics, shown(r))
+
+
+def test_a_typedef_in_a_function_is_not_taken_for_a_module_signal():
+    # (Yosys 0.70 itself cannot read this text, so the stage ends undecided; the rules must not refuse it.)
+    from rtlreward_equivalence import view
+
+    text = """module top(input [31:0] d, output [31:0] y);
+  typedef logic [7:0] byte_t;
+  function automatic logic [31:0] swap(input logic [31:0] a);
+    byte_t b0, b1, b2, b3;
+    {b3, b2, b1, b0} = a;
+    return {b0, b1, b2, b3};
+  endfunction
+  assign y = swap(d);
+endmodule
+"""
+    assert view.subroutine_state(text) == "" and view.simulation_mismatch(text, "top") == ""

@@ -738,7 +738,13 @@ def test_ordinary_constructs_are_not_taken_for_a_simulation_mismatch(name):
         ("module m(input [1:0] a, output reg y);\n  always @(a[1]) y = a[0];\nendmodule\n", "not a plain"),
         ("module m(input a, output y);\n  assign #1 y = a;\nendmodule\n", "delay"),
         ("module m(output reg y);\n  always @* y = 1'b1;\nendmodule\n", "reads no signal"),
-        ("module m(output reg y);\n  wire s;\n  always @(s) y = 1'b1;\nendmodule\n", "reads no signal"),
+        ("module m(input s, output reg y);\n  always @(s) y = 1'b1;\nendmodule\n", "reads no signal"),
+        ("module m(output reg y);\n  wire s;\n  always @* y = s;\nendmodule\n", "a net nothing drives"),
+        (
+            "module m(input a, output reg y);\n  reg k = 1'b1;\n  always @* y = k;\nendmodule\n",
+            "reads no signal",
+        ),
+        ("module m(input a, output reg y);\n  initial y = a;\nendmodule\n", "`initial` block that reads `a`"),
         ("module m(input a, input b, output y);\n  assign y = a === b;\nendmodule\n", "tells z from x"),
         (
             "module m(input [3:0] a, input b, output reg y);\n  function f; input [3:0] x; f = x[0] ^ b; endfunction\n"

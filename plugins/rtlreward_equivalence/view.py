@@ -218,6 +218,35 @@ _COMPOUND = frozenset(
     and k not in ("AssignmentExpression", "NonblockingAssignmentExpression")
 )
 _ALWAYS = frozenset((K.AlwaysBlock, K.AlwaysCombBlock, K.AlwaysFFBlock, K.AlwaysLatchBlock))
+# Where a function call is evaluated by the simulator only when its arguments change (outside clocked blocks).
+_CALL_SITES = frozenset(
+    (
+        K.ContinuousAssign,
+        K.AlwaysBlock,
+        K.AlwaysCombBlock,
+        K.AlwaysLatchBlock,
+        K.NetDeclaration,
+        K.NamedPortConnection,
+        K.OrderedPortConnection,
+    )
+)
+# System functions that write an argument: `$random(seed)` in a `$display` changed `seed` in the simulator only
+# (the proof drops prints), a third red-team pass of 2026-11-29.
+_SEEDED = frozenset({"$random", "$urandom"})
+_WRITING_SYSTEM_CALLS = frozenset(
+    {
+        "$urandom_range",
+        "$value$plusargs",
+        "$sscanf",
+        "$dist_uniform",
+        "$dist_normal",
+        "$dist_exponential",
+        "$dist_poisson",
+        "$dist_chi_square",
+        "$dist_t",
+        "$dist_erlang",
+    }
+)
 _CASE_EQUALITY = frozenset(
     (
         K.CaseEqualityExpression,
@@ -384,28 +413,54 @@ def _mismatch(text: str, top: str | None) -> str:
                     consts.add(str(d).strip().split("=")[0].strip())
         elif n.kind in (K.FunctionDeclaration, K.TaskDeclaration):
             consts.add(str(n.prototype.name).strip())
+        elif n.kind == K.TypedefDeclaration:  # a type's name, not a signal
+            consts.add(n.name.valueText)
     free = _subroutine_free_names(nodes, consts)
     impure = {name for name, names in free.items() if names}
     for n in nodes:
-        if n.kind == K.ContinuousAssign or (n.kind in _ALWAYS and not _edge_block(n)):
+        # Anywhere but a clocked block (a net's declaration assignment, a port connection too: third pass of
+        # 2026-11-29): the simulator re-evaluates the call only when its arguments change.
+        if n.kind in _CALL_SITES and not (n.kind in _ALWAYS and _edge_block(n)) and not _inside_subroutine(n):
             called = sorted({name for name, _ in _occurrences(n)} & impure)
-            if called:
+            if called and not _inside_edge_block(n):
                 return (
-                    f"a call of `{called[0]}`, which reads module signals besides its arguments, from combinational "
-                    "logic: the simulator re-evaluates it only when its arguments change"
+                    f"a call of `{called[0]}`, which reads module signals besides its arguments, outside a clocked "
+                    "block: the simulator re-evaluates it only when its arguments change"
                 )
-        elif n.kind == K.DataDeclaration and not _inside_subroutine(n):
+        if n.kind == K.DataDeclaration and not _inside_subroutine(n):
             for d in n.declarators:
                 init = getattr(d, "initializer", None) if isinstance(d, NODE) else None
-                if init is not None and {name for name, _ in _occurrences(init)} - consts:
+                if init is None:
+                    continue
+                names = {name for name, _ in _occurrences(init)}
+                if names - consts or names & impure:  # a function reading a signal too (third pass)
                     return (
                         f"`{d.name.valueText}` initialised from a signal: the simulator assigns it once, at time 0, "
                         "the proof drives it"
                     )
+        if n.kind == K.InitialBlock:
+            reads = _reads_writes(n)[0] - consts - {d.name.valueText for d in _walk(n) if d.kind == K.Declarator}
+            if reads:
+                return (
+                    f"an `initial` block that reads `{sorted(reads)[0]}`: the simulator runs it once, at time 0, "
+                    "the proof reads it as a constant start value"
+                )
+        if n.kind == K.InvocationExpression and n.left.kind == K.SystemName:
+            task = n.left.systemIdentifier.valueText
+            if task in _WRITING_SYSTEM_CALLS or (task in _SEEDED and n.arguments is not None):
+                return (
+                    f"`{task}` with an argument it writes: the simulator runs it (a print too), the proof does not"
+                )
     modules = [n for n in nodes if n.kind == K.ModuleDeclaration]
+    tasks = {str(n.prototype.name).strip() for n in nodes if n.kind == K.TaskDeclaration}
     for m in modules:
         # every block of the module, in generate blocks too
         members = [x for x in _walk(m) if x.kind in _ALWAYS or x.kind == K.ContinuousAssign]
+        why = _module_level(m, members, consts, tasks)
+        if why:
+            return why
+        # variables only a declaration initialises never change: a block reading only them never runs (third pass)
+        idle = consts | _frozen(m)
         for mem in members:
             if mem.kind not in _ALWAYS:
                 continue
@@ -428,7 +483,7 @@ def _mismatch(text: str, top: str | None) -> str:
             tc = st.timingControl
             body = st.statement
             reads, writes = _reads_writes(body)
-            need = reads - writes - consts
+            need = reads - writes - idle
             if tc.kind == K.ImplicitEventControl or (
                 tc.kind == K.EventControlWithExpression
                 and tc.expr.kind == K.ParenthesizedEventExpression
@@ -463,6 +518,69 @@ def _mismatch(text: str, top: str | None) -> str:
         race = _race(members, free, shared)
         if race:
             return race
+    return ""
+
+
+def _written(module: Any) -> set[str]:
+    """Names something in `module` may drive: its ports, the targets of its assignments (continuous and
+    procedural, through selects and members), what its instances are connected to, and its genvars."""
+    out = _connected(module) | _driven_ports(module) | _port_names(module)
+    out |= {_root_name(x) for x, _ in _write_targets(module, through_selects=True)}  # `assign` targets too
+    return out - {""}
+
+
+def _port_names(module: Any) -> set[str]:
+    out: set[str] = set()
+    for n in _walk(module):
+        if n.kind == K.ImplicitAnsiPort:
+            out.add(n.declarator.name.valueText)
+        elif n.kind == K.PortDeclaration:
+            out.update(x.name.valueText for x in n.declarators if isinstance(x, NODE))
+        elif n.kind == K.ExplicitAnsiPort:
+            out.add(n.name.valueText)
+    return out
+
+
+def _frozen(module: Any) -> set[str]:
+    """Variables of `module` a declaration initialises and nothing writes."""
+    written = _written(module)
+    out = set()
+    for n in _walk(module):
+        if n.kind == K.DataDeclaration and not _inside_subroutine(n):
+            for d in n.declarators:
+                if isinstance(d, NODE) and getattr(d, "initializer", None) is not None:
+                    out.add(d.name.valueText)
+    return out - written
+
+
+def _module_level(module: Any, members: list[Any], consts: set[str], tasks: set[str]) -> str:
+    """Third pass of 2026-11-29: a task called from a clocked block (its blocking writes race with the other
+    blocks, which the race rule does not follow into it); a net nothing drives (z to the simulator, x to the
+    proof: an `if` on it takes the `else` in the simulator, while the proof found a difference there only it
+    sees)."""
+    for mem in members:
+        if mem.kind in _ALWAYS and _edge_block(mem):
+            called = sorted({name for name, _ in _occurrences(mem)} & tasks)
+            if called:
+                return (
+                    f"a call of the task `{called[0]}` from a clocked block: the simulator runs its writes in the "
+                    "order of the blocks, the proof in one frame"
+                )
+    written = _written(module)
+    nets = set()
+    for n in _walk(module):
+        if n.kind == K.NetDeclaration:
+            for d in n.declarators:
+                if isinstance(d, NODE) and getattr(d, "initializer", None) is None:
+                    nets.add(d.name.valueText)
+    undriven = nets - written - consts
+    if undriven:
+        used = {name for name, _ in _occurrences(module)}
+        read = sorted(undriven & used)
+        if read:
+            return (
+                f"`{read[0]}`, a net nothing drives: z to the simulator (an `if` on it takes the `else`), x to the proof"
+            )
     return ""
 
 
@@ -563,9 +681,15 @@ def _surely(st: Any, local: set[str], sure: set[str]) -> tuple[str, set[str]]:
         K.NonblockingAssignmentExpression,
     ):
         read = _early(st.expr, local, sure)
-        if read or st.expr.left.kind != K.IdentifierName:
+        left = st.expr.left
+        if read:
             return read, sure
-        return "", sure | {st.expr.left.identifier.valueText}
+        if left.kind == K.IdentifierName:
+            return "", sure | {left.identifier.valueText}
+        parts = [e for e in left.expressions if isinstance(e, NODE)] if left.kind == K.ConcatenationExpression else []
+        if parts and all(e.kind == K.IdentifierName for e in parts):  # `{b3, b2, b1, b0} = a;` writes each whole
+            return "", sure | {e.identifier.valueText for e in parts}
+        return read, sure
     if st.kind == K.ConditionalStatement:
         read = _early(st.predicate, local, sure)
         if read:
@@ -647,6 +771,24 @@ def _inside_subroutine(node: Any) -> bool:
     return False
 
 
+def _inside_edge_block(node: Any) -> bool:
+    p = node.parent
+    while p is not None:
+        if p.kind in _ALWAYS and _edge_block(p):
+            return True
+        p = p.parent
+    return False
+
+
+def _inside_loop_generate(node: Any) -> bool:
+    p = node.parent
+    while p is not None:
+        if p.kind == K.LoopGenerate:
+            return True
+        p = p.parent
+    return False
+
+
 def _edge_block(mem: Any) -> bool:
     if mem.kind not in _ALWAYS or mem.statement.kind != K.TimingControlStatement:
         return False
@@ -682,7 +824,8 @@ def _race(members: list[Any], free: dict[str, set[str]], outputs: set[str]) -> s
                     reached |= comb_writes
                     grew = True
         for other, other_reads in zip(edge, edge_reads, strict=True):
-            if other is not w and other_reads & reached:
+            # a block a generate loop replicates is several blocks (third pass of 2026-11-29)
+            if (other is not w or _inside_loop_generate(w)) and other_reads & reached:
                 return (
                     f"`{sorted(reached)[0]}`, written with a blocking assignment in one clocked block, is read by "
                     "another: the simulator's order of the two decides"
