@@ -719,6 +719,12 @@ HONEST = {
     "async reset": "module m(input clk, input rst_n, input d, output reg q);\n"
     "  always @(posedge clk or negedge rst_n) if (!rst_n) q <= 0; else q <= d;\nendmodule\n",
     "parameter override": "module m(input [3:0] a, output [3:0] y);\n  sub #(.W(4)) u (.a(a), .y(y));\nendmodule\n",
+    "bits of a packed vector": "module m(input [7:0] a, output reg [7:0] y);\n  integer i;\n"
+    "  always @* for (i = 0; i < $bits(y); i = i + 1) y[i] = a[$bits(a) - 1 - i];\nendmodule\n",
+    "typed parameter of sized constants": "module m(input [8:0] a, output [8:0] y);\n"
+    "  localparam [8:0] K = 8'hFF + 8'h01;\n  assign y = a ^ K;\nendmodule\n",
+    "untyped parameter of unsized numbers": "module m(input [7:0] a, output [7:0] y);\n  localparam N = 8;\n"
+    "  localparam M = N - 1;\n  assign y = a << M;\nendmodule\n",
     "pure function": "module m(input [3:0] a, output reg y);\n  function f; input [3:0] x; reg t;\n"
     "    begin t = x[0]; f = t ^ x[1]; end endfunction\n  always @* y = f(a);\nendmodule\n",
 }

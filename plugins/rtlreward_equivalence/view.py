@@ -247,6 +247,47 @@ _WRITING_SYSTEM_CALLS = frozenset(
         "$dist_erlang",
     }
 )
+_QUERIES = frozenset({"$size", "$dimensions", "$unpacked_dimensions", "$left", "$right", "$low", "$high", "$increment"})
+
+
+def _unpacked(nodes: list[Any]) -> set[str]:
+    """Names declared with an unpacked dimension (`wire [7:0] b [0:3]`)."""
+    return {
+        d.name.valueText
+        for d in nodes
+        if d.kind == K.Declarator and any(isinstance(x, NODE) for x in getattr(d, "dimensions", ()))
+    }
+_ARITHMETIC = frozenset(
+    (
+        K.AddExpression,
+        K.SubtractExpression,
+        K.MultiplyExpression,
+        K.DivideExpression,
+        K.ModExpression,
+        K.PowerExpression,
+        K.UnaryMinusExpression,
+        K.LogicalShiftLeftExpression,
+        K.LogicalShiftRightExpression,
+        K.ArithmeticShiftLeftExpression,
+        K.ArithmeticShiftRightExpression,
+    )
+)
+
+
+def _untyped(decl: Any) -> bool:
+    """A parameter declaration with no type and no range (`localparam K = ...`, `parameter signed S = ...`)."""
+    t = getattr(decl, "type", None)
+    return t is not None and t.kind == K.ImplicitType and len(t.dimensions) == 0
+
+
+def _width_sensitive(expr: Any) -> bool:
+    """Arithmetic on a sized literal, or a power: where an untyped parameter's width decides its value."""
+    inner = _walk(expr)
+    if not any(x.kind in _ARITHMETIC for x in inner):
+        return False
+    return any(x.kind in (K.IntegerVectorExpression, K.PowerExpression) for x in inner)
+
+
 _CASE_EQUALITY = frozenset(
     (
         K.CaseEqualityExpression,
@@ -393,6 +434,26 @@ def _mismatch(text: str, top: str | None) -> str:
         # Sixth pass: an undriven net or a z constant is z to the simulator and x to the proof, and `u !== 1'bx`
         # turned that into a definite value behind a trigger (proved, 1.0). Two VerilogEval references hold
         # `|state === 1'bx` (outputs x before reset); an answer that copies it is judged by simulation.
+        # Fourth pass (2026-11-29): Yosys's constant evaluator and Icarus's fold some constants differently (an
+        # untyped `localparam K = 8'hFF + 8'h01` is 0 to Yosys, 0x100 to Icarus; a size cast of a constant; `$size`
+        # of a vector, `$bits` of an unpacked array; a constant function whose `casez` selector holds x), and a
+        # trigger-gated bug ANDed with a test of such a constant was proved while the simulator ran it.
+        if n.kind == K.InvocationExpression and n.left.kind == K.SystemName:
+            query = n.left.systemIdentifier.valueText
+            arrays = query == "$bits" and {name for name, _ in _occurrences(n)} & _unpacked(nodes)
+            if query in _QUERIES or arrays:  # `$bits` of a packed vector agrees (three VerilogEval references)
+                return f"`{query}`, a query Yosys and the simulator may answer differently"
+        called = n.kind == K.InvocationExpression and n.left.kind != K.SystemName and n.arguments is not None
+        if called and _XZ_LITERAL.search(str(n.arguments)):
+            return "a function called with an x or z constant, which Yosys and the simulator match differently"
+        if n.kind == K.ParameterDeclaration and _untyped(n):
+            for d in n.declarators:
+                init = getattr(d, "initializer", None) if isinstance(d, NODE) else None
+                if init is not None and _width_sensitive(init):
+                    return (
+                        f"`{d.name.valueText}`, a parameter of no declared width computed from sized constants: Yosys "
+                        "and the simulator give it different widths and values"
+                    )
         if n.kind in _CASE_EQUALITY:
             return (
                 f"`{n.operatorToken.valueText}`, which tells z from x: the simulator keeps z (an undriven net, a z "
@@ -438,6 +499,11 @@ def _mismatch(text: str, top: str | None) -> str:
                         f"`{d.name.valueText}` initialised from a signal: the simulator assigns it once, at time 0, "
                         "the proof drives it"
                     )
+        if n.kind in (K.CastExpression, K.SignedCastExpression):
+            # a cast of a constant (`16'(8'hFF + 8'h01)`: Yosys folds it to 0, Icarus to 0x100); of a signal both agree
+            operand = n.right if n.kind == K.CastExpression else n.inner
+            if not {name for name, _ in _occurrences(operand)} - consts:
+                return f"a cast of a constant (`{str(n).strip()[:40]}`), which Yosys and the simulator fold differently"
         if n.kind == K.InitialBlock:
             reads = _reads_writes(n)[0] - consts - {d.name.valueText for d in _walk(n) if d.kind == K.Declarator}
             if reads:
