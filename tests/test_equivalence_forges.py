@@ -651,16 +651,6 @@ endmodule
 """
 
 
-def test_a_difference_only_the_proof_sees_buys_no_undecided_share(stage, tmp_path):
-    task = Task(
-        id="decoy", prompt="", reference={"rtl/top.v": SIM_REF}, expected_files=("rtl/top.v",), toplevel="top"
-    )
-    r = run_stage(stage, LocalExecutor(), tmp_path, task, DECOY)
-    assert r.metrics["formal"] == "cex" and r.metrics["equivalence"] != "refuted", (r.metrics, shown(r))
-    assert r.status is Status.FAILED and r.score == 0.0, (r.score, shown(r))
-    assert "only one tool sees" in shown(r)
-
-
 def test_a_self_proof_that_ran_out_of_time_is_not_kept_on_disk(stage, tmp_path, monkeypatch):
     """ABC's time limit ends a proof `undecided` sooner on a slower or busier machine; kept on disk, it made a task
     simulation-only for good (every undecided answer then passes on a simulation). Only proved or refuted
@@ -713,12 +703,16 @@ endmodule
 """
 
 
-def test_a_decoy_on_an_undriven_net_buys_no_undecided_share(stage, tmp_path):
+@pytest.mark.parametrize("decoy", ["sensitivity-list", "undriven-net"])
+def test_a_difference_only_the_proof_sees_buys_no_undecided_share(stage, tmp_path, decoy):
     task = Task(
         id="decoy", prompt="", reference={"rtl/top.v": SIM_REF}, expected_files=("rtl/top.v",), toplevel="top"
     )
-    r = run_stage(stage, LocalExecutor(), tmp_path, task, DECOY_IF)
-    assert r.status is Status.FAILED and r.score == 0.0, (r.score, r.metrics, shown(r))
+    text = DECOY if decoy == "sensitivity-list" else DECOY_IF
+    r = run_stage(stage, LocalExecutor(), tmp_path, task, text)
+    assert r.metrics["formal"] == "cex" and r.metrics["equivalence"] != "refuted", (r.metrics, shown(r))
+    assert r.status is Status.FAILED and r.score == 0.0, (r.score, shown(r))
+    assert "only one tool sees" in shown(r)
 
 
 SWAP_REF = "module top(input [31:0] d, output [31:0] y);\n  assign y = {d[7:0], d[15:8], d[23:16], d[31:24]};\nendmodule\n"

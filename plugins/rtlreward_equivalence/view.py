@@ -16,7 +16,7 @@ Nothing here passes a tool's text on: `neutralise` returns the cleaned text and 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
@@ -828,31 +828,26 @@ def _subroutine_free_names(nodes: list[Any], consts: set[str]) -> dict[str, set[
     return out
 
 
-def _inside_subroutine(node: Any) -> bool:
+def _inside(node: Any, around: Callable[[Any], bool]) -> bool:
+    """Whether a node enclosing `node` is one `around` accepts."""
     p = node.parent
     while p is not None:
-        if p.kind in (K.FunctionDeclaration, K.TaskDeclaration):
+        if around(p):
             return True
         p = p.parent
     return False
+
+
+def _inside_subroutine(node: Any) -> bool:
+    return _inside(node, lambda p: p.kind in (K.FunctionDeclaration, K.TaskDeclaration))
 
 
 def _inside_edge_block(node: Any) -> bool:
-    p = node.parent
-    while p is not None:
-        if p.kind in _ALWAYS and _edge_block(p):
-            return True
-        p = p.parent
-    return False
+    return _inside(node, lambda p: p.kind in _ALWAYS and _edge_block(p))
 
 
 def _inside_loop_generate(node: Any) -> bool:
-    p = node.parent
-    while p is not None:
-        if p.kind == K.LoopGenerate:
-            return True
-        p = p.parent
-    return False
+    return _inside(node, lambda p: p.kind == K.LoopGenerate)
 
 
 def _edge_block(mem: Any) -> bool:
