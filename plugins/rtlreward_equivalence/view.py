@@ -248,15 +248,6 @@ _WRITING_SYSTEM_CALLS = frozenset(
     }
 )
 _QUERIES = frozenset({"$size", "$dimensions", "$unpacked_dimensions", "$left", "$right", "$low", "$high", "$increment"})
-
-
-def _unpacked(nodes: list[Any]) -> set[str]:
-    """Names declared with an unpacked dimension (`wire [7:0] b [0:3]`)."""
-    return {
-        d.name.valueText
-        for d in nodes
-        if d.kind == K.Declarator and any(isinstance(x, NODE) for x in getattr(d, "dimensions", ()))
-    }
 _ARITHMETIC = frozenset(
     (
         K.AddExpression,
@@ -278,6 +269,15 @@ def _untyped(decl: Any) -> bool:
     """A parameter declaration with no type and no range (`localparam K = ...`, `parameter signed S = ...`)."""
     t = getattr(decl, "type", None)
     return t is not None and t.kind == K.ImplicitType and len(t.dimensions) == 0
+
+
+def _unpacked(nodes: list[Any]) -> set[str]:
+    """Names declared with an unpacked dimension (`wire [7:0] b [0:3]`)."""
+    return {
+        d.name.valueText
+        for d in nodes
+        if d.kind == K.Declarator and any(isinstance(x, NODE) for x in getattr(d, "dimensions", ()))
+    }
 
 
 def _width_sensitive(expr: Any) -> bool:
@@ -423,7 +423,7 @@ def _mismatch(text: str, top: str | None) -> str:
     if _case_items_with_xz(nodes):
         return "a `case` item holding an x or z, which the simulator matches exactly (`===`) and the proof cannot"
     for n in nodes:
-        # Fifth red-team pass (2026-11-29): Icarus applies a `defparam` over an instance's own `#(...)` and the last
+        # First red-team pass of 2026-11-29: Icarus applies a `defparam` over an instance's own `#(...)` and the last
         # of two, Yosys the other; and picks a generate `case` item that is x exactly (`===`, an x made by a
         # constant division by zero), where Yosys takes the `default`. Each chose a trigger-gated bug for the
         # simulator only, and the answer was proved.
@@ -431,10 +431,10 @@ def _mismatch(text: str, top: str | None) -> str:
             return "a `defparam`: the simulator and the proof apply parameter overrides in different orders"
         if n.kind == K.CaseGenerate:
             return "a generate `case`: the simulator matches its items exactly (`===`, an x item too), the proof not"
-        # Sixth pass: an undriven net or a z constant is z to the simulator and x to the proof, and `u !== 1'bx`
-        # turned that into a definite value behind a trigger (proved, 1.0). Two VerilogEval references hold
+        # Second pass of 2026-11-29: an undriven net or a z constant is z to the simulator and x to the proof, and
+        # `u !== 1'bx` turned that into a definite value behind a trigger (proved, 1.0). Two VerilogEval references hold
         # `|state === 1'bx` (outputs x before reset); an answer that copies it is judged by simulation.
-        # Fourth pass (2026-11-29): Yosys's constant evaluator and Icarus's fold some constants differently (an
+        # Fourth pass of 2026-11-29: Yosys's constant evaluator and Icarus's fold some constants differently (an
         # untyped `localparam K = 8'hFF + 8'h01` is 0 to Yosys, 0x100 to Icarus; a size cast of a constant; `$size`
         # of a vector, `$bits` of an unpacked array; a constant function whose `casez` selector holds x), and a
         # trigger-gated bug ANDed with a test of such a constant was proved while the simulator ran it.
@@ -522,11 +522,12 @@ def _mismatch(text: str, top: str | None) -> str:
     for m in modules:
         # every block of the module, in generate blocks too
         members = [x for x in _walk(m) if x.kind in _ALWAYS or x.kind == K.ContinuousAssign]
-        why = _module_level(m, members, consts, tasks)
+        written = _written(m)
+        why = _module_level(m, members, consts, tasks, written)
         if why:
             return why
         # variables only a declaration initialises never change: a block reading only them never runs (third pass)
-        idle = consts | _frozen(m)
+        idle = consts | _frozen(m, written)
         for mem in members:
             if mem.kind not in _ALWAYS:
                 continue
@@ -589,27 +590,14 @@ def _mismatch(text: str, top: str | None) -> str:
 
 def _written(module: Any) -> set[str]:
     """Names something in `module` may drive: its ports, the targets of its assignments (continuous and
-    procedural, through selects and members), what its instances are connected to, and its genvars."""
-    out = _connected(module) | _driven_ports(module) | _port_names(module)
+    procedural, through selects and members) and what its instances are connected to."""
+    out = _connected(module) | set(_ports(module))
     out |= {_root_name(x) for x, _ in _write_targets(module, through_selects=True)}  # `assign` targets too
     return out - {""}
 
 
-def _port_names(module: Any) -> set[str]:
-    out: set[str] = set()
-    for n in _walk(module):
-        if n.kind == K.ImplicitAnsiPort:
-            out.add(n.declarator.name.valueText)
-        elif n.kind == K.PortDeclaration:
-            out.update(x.name.valueText for x in n.declarators if isinstance(x, NODE))
-        elif n.kind == K.ExplicitAnsiPort:
-            out.add(n.name.valueText)
-    return out
-
-
-def _frozen(module: Any) -> set[str]:
-    """Variables of `module` a declaration initialises and nothing writes."""
-    written = _written(module)
+def _frozen(module: Any, written: set[str]) -> set[str]:
+    """Variables of `module` a declaration initialises and nothing writes (`written`: `_written(module)`)."""
     out = set()
     for n in _walk(module):
         if n.kind == K.DataDeclaration and not _inside_subroutine(n):
@@ -619,7 +607,9 @@ def _frozen(module: Any) -> set[str]:
     return out - written
 
 
-def _module_level(module: Any, members: list[Any], consts: set[str], tasks: set[str]) -> str:
+def _module_level(
+    module: Any, members: list[Any], consts: set[str], tasks: set[str], written: set[str]
+) -> str:
     """Third pass of 2026-11-29: a task called from a clocked block (its blocking writes race with the other
     blocks, which the race rule does not follow into it); a net nothing drives (z to the simulator, x to the
     proof: an `if` on it takes the `else` in the simulator, while the proof found a difference there only it
@@ -632,7 +622,6 @@ def _module_level(module: Any, members: list[Any], consts: set[str], tasks: set[
                     f"a call of the task `{called[0]}` from a clocked block: the simulator runs its writes in the "
                     "order of the blocks, the proof in one frame"
                 )
-    written = _written(module)
     nets = set()
     for n in _walk(module):
         if n.kind == K.NetDeclaration:
@@ -645,14 +634,16 @@ def _module_level(module: Any, members: list[Any], consts: set[str], tasks: set[
         read = sorted(undriven & used)
         if read:
             return (
-                f"`{read[0]}`, a net nothing drives: z to the simulator (an `if` on it takes the `else`), x to the proof"
+                f"`{read[0]}`, a net nothing drives: z to the simulator (an `if` on it takes the `else`), x to the "
+                "proof"
             )
     return ""
 
 
 def _connected(module: Any) -> set[str]:
     """The names a module's instances connect to their ports (by name or position): the instance's clocked blocks
-    read what it is given (a sixth red-team pass fed a blocking write of the parent to a submodule's input)."""
+    read what it is given (the second red-team pass of 2026-11-29 fed a blocking write of the parent to a
+    submodule's input)."""
     out: set[str] = set()
     for n in _walk(module):
         if n.kind in (K.NamedPortConnection, K.OrderedPortConnection):
@@ -660,23 +651,29 @@ def _connected(module: Any) -> set[str]:
     return out
 
 
-def _driven_ports(module: Any) -> set[str]:
-    """The names of a module's output and inout ports (and of any port whose direction is not plainly written)."""
-    out: set[str] = set()
+def _ports(module: Any) -> dict[str, str]:
+    """A module's port names and their directions as written (`input a, b`: b is an input too; "" where the text
+    gives none, an explicit ANSI port `.p(x)` included)."""
+    out: dict[str, str] = {}
     direction = ""
     for n in _walk(module):
         if n.kind == K.ImplicitAnsiPort:
             d = getattr(n.header, "direction", None)
-            direction = d.valueText if d is not None and d.valueText else direction  # `input a, b`: b too
-            if direction != "input":
-                out.add(n.declarator.name.valueText)
+            direction = d.valueText if d is not None and d.valueText else direction
+            out[n.declarator.name.valueText] = direction
         elif n.kind == K.PortDeclaration:
             d = getattr(n.header, "direction", None)
-            if d is None or d.valueText != "input":
-                out.update(x.name.valueText for x in n.declarators if isinstance(x, NODE))
+            for x in n.declarators:
+                if isinstance(x, NODE):
+                    out[x.name.valueText] = d.valueText if d is not None else ""
         elif n.kind == K.ExplicitAnsiPort:
-            out.add(n.name.valueText)
+            out[n.name.valueText] = ""
     return out
+
+
+def _driven_ports(module: Any) -> set[str]:
+    """The names of a module's output and inout ports (and of any port whose direction is not plainly written)."""
+    return {name for name, direction in _ports(module).items() if direction != "input"}
 
 
 def _function_side_effect(nodes: list[Any]) -> str:
@@ -857,11 +854,11 @@ def _edge_block(mem: Any) -> bool:
     return tc.kind == K.EventControlWithExpression and any(e for e, _ in _events(tc.expr))
 
 
-def _race(members: list[Any], free: dict[str, set[str]], outputs: set[str]) -> str:
+def _race(members: list[Any], free: dict[str, set[str]], shared: set[str]) -> str:
     """A variable written with a blocking assignment in one edge-triggered block and read, directly, through
-    combinational logic or through a function or task, by another edge-triggered block, or reaching `outputs` (the
-    ports of a module the design instantiates: another module's clocked block reads them, a red-team answer of the
-    fifth pass; or the names connected to an instance's ports, the sixth): the simulator's order of the two blocks
+    combinational logic or through a function or task, by another edge-triggered block, or reaching `shared` (the
+    ports of a module the design instantiates, whose clocked blocks read them, and the names connected to an
+    instance's ports: the first and second red-team passes of 2026-11-29): the simulator's order of the two blocks
     decides. A write to a member or an element (`t.v = d`, `t[i] = d`) is a write of the variable."""
     edge = [m for m in members if _edge_block(m)]
     comb = [m for m in members if (m.kind == K.ContinuousAssign or m.kind in _ALWAYS) and not _edge_block(m)]
@@ -891,9 +888,9 @@ def _race(members: list[Any], free: dict[str, set[str]], outputs: set[str]) -> s
                     f"`{sorted(reached)[0]}`, written with a blocking assignment in one clocked block, is read by "
                     "another: the simulator's order of the two decides"
                 )
-        if reached & outputs:
+        if reached & shared:
             return (
-                f"`{sorted(reached & outputs)[0]}`, written with a blocking assignment in a clocked block and shared "
+                f"`{sorted(reached & shared)[0]}`, written with a blocking assignment in a clocked block and shared "
                 "with another module (an output of an instantiated module, or connected to an instance's port): the "
                 "simulator's order of that block and the other module's clocked blocks decides"
             )
@@ -952,12 +949,15 @@ def subroutine_state(text: str) -> str:
 
 
 def simulation_mismatch(text: str, top: str | None = None) -> str:
-    """Why `text` holds a construct the proof reads otherwise than the simulator runs (an x or z `case` item, a
-    delay, an `always @*` that reads nothing, an incomplete sensitivity list, a
-    combinational block reading a variable before writing it, a blocking write one clocked block makes and another
-    reads or that reaches an output of a module other than `top`, a function or task reading module signals called
-    from combinational logic, a variable initialised from a signal, a `defparam`, a generate `case`), or "" when it
-    holds none. Text that does not parse as expected counts as such a construct."""
+    """Why `text` holds a construct the proof reads otherwise than the simulator runs, or "" when it holds none:
+    x or z `case` items and case equality (`===`: z against x), delays, `defparam`, a generate `case`, constants
+    the two fold differently (an untyped parameter of sized constants, a cast of a constant, size queries, a
+    function called with x), combinational blocks that read nothing, miss a signal in their list or read a variable
+    before writing it, blocking writes one clocked block makes and another (a generate copy of it, a task it calls,
+    a module it shares the name with: an output of a module other than `top`, an instance connection) reads,
+    impure calls outside clocked blocks, initialisers and `initial` blocks that read signals, system calls that
+    write their argument, and nets nothing drives. Each is a red-team answer that was proved while the simulator
+    ran a bug (docs/equivalence.md, *Semantics*). Text that does not parse as expected counts as such a construct."""
     try:
         return _mismatch(text, top)
     except Exception:  # hostile text read in a shape these rules do not expect: no proof, not a crash
@@ -965,12 +965,12 @@ def simulation_mismatch(text: str, top: str | None = None) -> str:
 
 
 # -- clocks as the elaborated design receives them ------------------------------------------------------------------
-# The syntax rules above read names: an edge of `clk` passed wherever the module's text said `clk`. A fifth red-team
-# pass (2026-11-29) gated the clock into a submodule whose port is called `clk`, or into a generate block's own
-# `wire clk`, and mixed the clock's two edges: the proof steps every register once a frame whatever drives its clock,
-# the simulator skipped the edge on a trigger no random run draws, and both answers were proved (1.0). So the edges
-# are read on the elaborated design (pyslang: generate blocks, parameters and port connections resolved), where each
-# names the object it waits on.
+# The syntax rules above read names: an edge of `clk` passed wherever the module's text said `clk`. The first
+# red-team pass of 2026-11-29 gated the clock into a submodule whose port is called `clk`, or into a generate
+# block's own `wire clk`, and mixed the clock's two edges: the proof steps every register once a frame whatever
+# drives its clock, the simulator skipped the edge on a trigger no random run draws, and both answers were proved
+# (1.0). So the edges are read on the elaborated design (pyslang: generate blocks, parameters and port connections
+# resolved), where each names the object it waits on.
 
 _EDGE_NAMES = {
     pyslang.ast.EdgeKind.PosEdge: ("posedge",),
