@@ -130,6 +130,17 @@ def run_stage(stage, executor, tmp_path: Path, task: Task, text: str):
     )
 
 
+def top_task(reference: str, task_id: str) -> Task:
+    """A task whose reference is one module `top` in rtl/top.v, the answer's file too."""
+    return Task(
+        id=task_id,
+        prompt="",
+        reference={"rtl/top.v": reference},
+        expected_files=("rtl/top.v",),
+        toplevel="top",
+    )
+
+
 def shown(result) -> str:
     return "\n".join([result.feedback or "", *(d.message for d in result.diagnostics)])
 
@@ -360,9 +371,7 @@ SEQ_FORGES = {
 
 @pytest.mark.parametrize("name", list(X_UNPROVED))
 def test_an_x_the_proof_cannot_encode_leaves_it_unproved(stage, tmp_path, name):
-    task = Task(
-        id="x", prompt="", reference={"rtl/top.v": X_REF}, expected_files=("rtl/top.v",), toplevel="top"
-    )
+    task = top_task(X_REF, "x")
     r = run_stage(stage, LocalExecutor(), tmp_path, task, X_UNPROVED[name])
     assert r.status is not Status.PASSED and r.metrics["equivalence"] != "proved", (name, r.metrics, shown(r))
     assert r.score <= DEFAULTS["undecided"], (name, r.score, r.metrics)
@@ -370,9 +379,7 @@ def test_an_x_the_proof_cannot_encode_leaves_it_unproved(stage, tmp_path, name):
 
 @pytest.mark.parametrize("name", list(SEQ_FORGES))
 def test_a_register_left_x_behind_a_rare_trigger_is_refuted(stage, tmp_path, name):
-    task = Task(
-        id="s", prompt="", reference={"rtl/top.v": SEQ_REF}, expected_files=("rtl/top.v",), toplevel="top"
-    )
+    task = top_task(SEQ_REF, "s")
     text = (
         f"module top({SEQ_PORTS});\n  wire t = b == 32'h5EED1234;\n{SEQ_FORGES[name]}{SEQ_HOLD}"
         "    else y <= a + 8'd1;\nendmodule\n"
@@ -384,9 +391,7 @@ def test_a_register_left_x_behind_a_rare_trigger_is_refuted(stage, tmp_path, nam
 
 @pytest.mark.parametrize("name", list(X_FORGES))
 def test_an_x_behind_a_rare_trigger_is_refuted_by_the_proof(stage, tmp_path, name):
-    task = Task(
-        id="x", prompt="", reference={"rtl/top.v": X_REF}, expected_files=("rtl/top.v",), toplevel="top"
-    )
+    task = top_task(X_REF, "x")
     r = run_stage(stage, LocalExecutor(), tmp_path, task, X_FORGES[name])
     assert r.status is Status.FAILED and r.metrics["equivalence"] == "refuted", (name, r.metrics, shown(r))
     # Refuted by the proof: its counterexample is the trigger, which the simulation replays and confirms.
@@ -403,9 +408,7 @@ SEL_REF = "module top(input [2:0] n, input [4:0] a, output y);\n  assign y = a[n
 def test_an_answer_defined_where_the_reference_is_x_is_proved(stage, tmp_path, answer):
     # The reference's a[n] is x for n >= 5 (a don't-care); these answers are 0 there. The x used to reach the
     # AIGER writer, which refused it, and the correct answers were paid as undecided.
-    task = Task(
-        id="sel", prompt="", reference={"rtl/top.v": SEL_REF}, expected_files=("rtl/top.v",), toplevel="top"
-    )
+    task = top_task(SEL_REF, "sel")
     text = f"module top(input [2:0] n, input [4:0] a, output y);\n  {answer}\nendmodule\n"
     r = run_stage(stage, LocalExecutor(), tmp_path, task, text)
     assert r.status is Status.PASSED and r.metrics["equivalence"] == "proved", (r.metrics, shown(r))
@@ -448,9 +451,7 @@ def test_a_construct_the_simulator_runs_otherwise_gets_no_proof(stage, tmp_path,
         ref, text = SIM_REF, SIM_HEAD + SIM_FORGES[name] + "endmodule\n"
     else:
         ref, text = STALE_REF, STALE
-    task = Task(
-        id="m", prompt="", reference={"rtl/top.v": ref}, expected_files=("rtl/top.v",), toplevel="top"
-    )
+    task = top_task(ref, "m")
     r = run_stage(stage, LocalExecutor(), tmp_path, task, text)
     assert r.status is not Status.PASSED and r.metrics["equivalence"] != "proved", (name, r.metrics, shown(r))
     assert r.score <= DEFAULTS["undecided"], (name, r.score, r.metrics)
@@ -460,9 +461,7 @@ def test_a_construct_the_simulator_runs_otherwise_gets_no_proof(stage, tmp_path,
 def test_a_construct_the_simulator_runs_otherwise_cannot_dodge_a_refutation(stage, tmp_path):
     # Wrong at the trigger, which the proof finds; a delay added on top must not trade that refutation for the
     # undecided share (the rule withholds proofs, not counterexamples).
-    task = Task(
-        id="d", prompt="", reference={"rtl/top.v": SIM_REF}, expected_files=("rtl/top.v",), toplevel="top"
-    )
+    task = top_task(SIM_REF, "d")
     plain = SIM_HEAD + "  always @(posedge clk) if (rst) q <= 0; else q <= t ? ~d : d;\nendmodule\n"
     dodge = SIM_HEAD + (
         "  wire [31:0] dd; assign #1 dd = d;\n  always @(posedge clk) if (rst) q <= 0; else q <= t ? ~d : dd;\n"
@@ -486,9 +485,7 @@ def test_a_way_around_the_simulation_mismatch_rule_gets_no_proof(stage, tmp_path
     variable initialised from a signal: each differs from the reference under the simulator at one 32-bit value."""
     text = path.read_text()
     ref = SIM_REF if "input clk" in text else STALE_REF
-    task = Task(
-        id="f4", prompt="", reference={"rtl/top.v": ref}, expected_files=("rtl/top.v",), toplevel="top"
-    )
+    task = top_task(ref, "f4")
     r = run_stage(stage, LocalExecutor(), tmp_path, task, text)
     assert r.status is not Status.PASSED and r.metrics["equivalence"] != "proved", (
         path.stem,
@@ -525,9 +522,7 @@ def test_an_answer_cannot_print_the_testbenchs_trace_lines(stage, tmp_path):
     """The trace lines carry a nonce the design cannot read: the testbench's module name (which `%m` shows) is
     random apart from it. A constant-0 half adder printing the reference's values under the module name's suffix
     is refuted as the constant it is (a red-team answer earned 0.325 of `equiv` when the name was the nonce)."""
-    task = Task(
-        id="h", prompt="", reference={"rtl/top.v": HADD_REF}, expected_files=("rtl/top.v",), toplevel="top"
-    )
+    task = top_task(HADD_REF, "h")
     r = run_stage(stage, LocalExecutor(), tmp_path, task, TRACE_FORGE)
     assert r.metrics["equivalence"] == "refuted" and r.metrics["output_bits_mismatched"] == 2, (
         r.metrics,
@@ -572,9 +567,7 @@ SIXTH = sorted((ROOT / "tests" / "data" / "equivalence_forges_6").glob("*.v"))
 
 @pytest.mark.parametrize("path", SIXTH, ids=[p.stem for p in SIXTH])
 def test_a_clock_or_parameter_the_simulator_runs_otherwise_gets_no_proof(stage, tmp_path, path):
-    task = Task(
-        id="f6", prompt="", reference={"rtl/top.v": SIM_REF}, expected_files=("rtl/top.v",), toplevel="top"
-    )
+    task = top_task(SIM_REF, "f6")
     r = run_stage(stage, LocalExecutor(), tmp_path, task, path.read_text())
     assert r.status is not Status.PASSED and r.metrics["equivalence"] != "proved", (
         path.stem,
@@ -613,9 +606,7 @@ def test_a_correct_design_whose_registers_sit_in_submodules_is_proved(stage, tmp
         + HIER_CORE
         + MID
     )
-    task = Task(
-        id="h", prompt="", reference={"rtl/top.v": SIM_REF}, expected_files=("rtl/top.v",), toplevel="top"
-    )
+    task = top_task(SIM_REF, "h")
     r = run_stage(stage, LocalExecutor(), tmp_path, task, text)
     assert r.status is Status.PASSED and r.metrics["equivalence"] == "proved", (name, r.metrics, shown(r))
 
@@ -624,9 +615,7 @@ def test_a_negedge_design_is_proved_against_a_negedge_reference(stage, tmp_path)
     # The edge rule compares the answer's edges with the reference's: a reference that takes the falling edge
     # allows it (VerilogEval's Prob046_dff8p).
     ref = SIM_REF.replace("posedge", "negedge")
-    task = Task(
-        id="n", prompt="", reference={"rtl/top.v": ref}, expected_files=("rtl/top.v",), toplevel="top"
-    )
+    task = top_task(ref, "n")
     text = (
         "module top(input clk, input rst, input [31:0] d, output [31:0] q);\n"
         "  reg [31:0] r;\n  always @(negedge clk) r <= rst ? 32'd0 : d;\n  assign q = r;\nendmodule\n"
@@ -635,13 +624,15 @@ def test_a_negedge_design_is_proved_against_a_negedge_reference(stage, tmp_path)
     assert r.status is Status.PASSED and r.metrics["equivalence"] == "proved", (r.metrics, shown(r))
 
 
-# A decoy only the proof sees (`fake` is 1 to Yosys, 0 to Icarus: its list names an undriven net) beside a deep bug
-# behind a two-cycle trigger: the proof's counterexample is the decoy, the simulation does not show it, and the
-# random runs miss the bug. Paid the undecided share (0.25) until the second pass of 2026-11-29.
-DECOY = """module top(input clk, input rst, input [31:0] d, output reg [31:0] q);
-  reg armed = 1'b0, broken = 1'b0, fake = 1'b0;
-  wire spare;
-  always @(spare) fake = (d === 32'hx) ? 1'b0 : 1'b1;
+# A decoy only the proof sees (`fake` is 1 to Yosys, 0 to Icarus) beside a deep bug behind a two-cycle trigger: the
+# proof's counterexample is the decoy, the simulation does not show it, and the random runs miss the bug. Paid the
+# undecided share (0.25) until the second and third passes of 2026-11-29: `fake` set in a block whose list names an
+# undriven net, or by an `if` on such a net (z to Icarus: the `else`; x to the proof).
+DECOYS = {
+    "sensitivity-list": "  reg fake = 1'b0;\n  always @(spare) fake = (d === 32'hx) ? 1'b0 : 1'b1;\n",
+    "undriven-net": "  reg fake;\n  always_comb if (spare) fake = 1'b1; else fake = 1'b0;\n",
+}
+DEEP_BUG = """  reg armed = 1'b0, broken = 1'b0;
   always @(posedge clk) begin
     armed <= d == 32'h5EED1234;
     if (armed && d == 32'h0BADF00D) broken <= 1'b1;
@@ -649,6 +640,16 @@ DECOY = """module top(input clk, input rst, input [31:0] d, output reg [31:0] q)
   always @(posedge clk) if (rst) q <= 0; else q <= (broken | fake) ? ~d : d;
 endmodule
 """
+
+
+@pytest.mark.parametrize("decoy", list(DECOYS))
+def test_a_difference_only_the_proof_sees_buys_no_undecided_share(stage, tmp_path, decoy):
+    text = "module top(input clk, input rst, input [31:0] d, output reg [31:0] q);\n  wire spare;\n"
+    text += DECOYS[decoy] + DEEP_BUG
+    r = run_stage(stage, LocalExecutor(), tmp_path, top_task(SIM_REF, "decoy"), text)
+    assert r.metrics["formal"] == "cex" and r.metrics["equivalence"] != "refuted", (r.metrics, shown(r))
+    assert r.status is Status.FAILED and r.score == 0.0, (r.score, shown(r))
+    assert "only one tool sees" in shown(r)
 
 
 def test_a_self_proof_that_ran_out_of_time_is_not_kept_on_disk(stage, tmp_path, monkeypatch):
@@ -668,9 +669,7 @@ def test_a_self_proof_that_ran_out_of_time_is_not_kept_on_disk(stage, tmp_path, 
         return real(self, ctx, work, plan, gold_file, gate_file, **kw)
 
     monkeypatch.setattr(eq.EquivalenceStage, "_formal", formal)
-    task = Task(
-        id="self", prompt="", reference={"rtl/top.v": SIM_REF}, expected_files=("rtl/top.v",), toplevel="top"
-    )
+    task = top_task(SIM_REF, "self")
     # a correct answer the proof does not count (a defparam): undecided, so the self-proof runs
     answer = (
         "module top(input clk, input rst, input [31:0] d, output [31:0] q);\n"
@@ -686,33 +685,6 @@ def test_a_self_proof_that_ran_out_of_time_is_not_kept_on_disk(stage, tmp_path, 
     r = run_stage(stage, LocalExecutor(), tmp_path / "b", task, answer)
     assert r.metrics.get("reference_proves") is True and r.score == DEFAULTS["undecided"], r.metrics
     assert len(list((tmp_path / "cache").rglob("*.json"))) == 1
-
-
-# The same decoy through an `if` on a net nothing drives (z to Icarus: the `else`; x to the proof).
-DECOY_IF = """module top(input clk, input rst, input [31:0] d, output reg [31:0] q);
-  wire spare;
-  reg fake;
-  always_comb if (spare) fake = 1'b1; else fake = 1'b0;
-  reg armed = 1'b0, broken = 1'b0;
-  always @(posedge clk) begin
-    armed <= d == 32'h5EED1234;
-    if (armed && d == 32'h0BADF00D) broken <= 1'b1;
-  end
-  always @(posedge clk) if (rst) q <= 0; else q <= (broken | fake) ? ~d : d;
-endmodule
-"""
-
-
-@pytest.mark.parametrize("decoy", ["sensitivity-list", "undriven-net"])
-def test_a_difference_only_the_proof_sees_buys_no_undecided_share(stage, tmp_path, decoy):
-    task = Task(
-        id="decoy", prompt="", reference={"rtl/top.v": SIM_REF}, expected_files=("rtl/top.v",), toplevel="top"
-    )
-    text = DECOY if decoy == "sensitivity-list" else DECOY_IF
-    r = run_stage(stage, LocalExecutor(), tmp_path, task, text)
-    assert r.metrics["formal"] == "cex" and r.metrics["equivalence"] != "refuted", (r.metrics, shown(r))
-    assert r.status is Status.FAILED and r.score == 0.0, (r.score, shown(r))
-    assert "only one tool sees" in shown(r)
 
 
 SWAP_REF = "module top(input [31:0] d, output [31:0] y);\n  assign y = {d[7:0], d[15:8], d[23:16], d[31:24]};\nendmodule\n"
@@ -735,9 +707,7 @@ endmodule
 def test_a_correct_function_with_whole_writes_is_proved(stage, tmp_path, name):
     # Found by the third pass of 2026-11-29: a concatenation on the left was not read as a write of each variable,
     # and a typedef's name was taken for a module signal; both correct answers earned 0.1.
-    task = Task(
-        id="swap", prompt="", reference={"rtl/top.v": SWAP_REF}, expected_files=("rtl/top.v",), toplevel="top"
-    )
+    task = top_task(SWAP_REF, "swap")
     r = run_stage(stage, LocalExecutor(), tmp_path, task, SWAP_FUNCTIONS[name])
     assert r.status is Status.PASSED and r.metrics["equivalence"] == "proved", (name, r.metrics, shown(r))
 
